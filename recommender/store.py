@@ -1,0 +1,313 @@
+"""The SQLite store: tickets, queries, labelled pairs, feedback, and the FTS5 table the BM25 pre-filter reads.
+
+Every write runs in one transaction, so a failed import leaves the database exactly as it was.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from .errors import InputError, TicketrecError
+from .records import LabeledPair, Query, Ticket
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tickets (
+    id TEXT PRIMARY KEY,
+    subject TEXT NOT NULL,
+    description TEXT NOT NULL,
+    solution TEXT NOT NULL DEFAULT '',
+    metadata TEXT NOT NULL DEFAULT '{}',
+    source TEXT NOT NULL DEFAULT '',
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tickets_updated ON tickets(updated_at);
+CREATE TABLE IF NOT EXISTS queries (
+    id TEXT PRIMARY KEY,
+    subject TEXT NOT NULL,
+    description TEXT NOT NULL,
+    source TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS pairs (
+    query_id TEXT NOT NULL REFERENCES queries(id),
+    ticket_id TEXT NOT NULL REFERENCES tickets(id),
+    score REAL NOT NULL CHECK (score BETWEEN 1 AND 5),
+    source TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (query_id, ticket_id)
+);
+CREATE TABLE IF NOT EXISTS feedback (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    query_key TEXT NOT NULL,
+    query_subject TEXT NOT NULL,
+    query_description TEXT NOT NULL,
+    ticket_id TEXT NOT NULL,
+    label TEXT NOT NULL CHECK (label IN ('YES', 'REL', 'NO')),
+    score REAL NOT NULL,
+    model_version TEXT NOT NULL DEFAULT '',
+    index_version TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feedback_query ON feedback(query_key);
+CREATE VIRTUAL TABLE IF NOT EXISTS tickets_fts USING fts5(
+    subject, description, solution, content='tickets', content_rowid='rowid', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS tickets_ai AFTER INSERT ON tickets BEGIN
+    INSERT INTO tickets_fts(rowid, subject, description, solution)
+    VALUES (new.rowid, new.subject, new.description, new.solution);
+END;
+CREATE TRIGGER IF NOT EXISTS tickets_ad AFTER DELETE ON tickets BEGIN
+    INSERT INTO tickets_fts(tickets_fts, rowid, subject, description, solution)
+    VALUES ('delete', old.rowid, old.subject, old.description, old.solution);
+END;
+CREATE TRIGGER IF NOT EXISTS tickets_au AFTER UPDATE ON tickets BEGIN
+    INSERT INTO tickets_fts(tickets_fts, rowid, subject, description, solution)
+    VALUES ('delete', old.rowid, old.subject, old.description, old.solution);
+    INSERT INTO tickets_fts(rowid, subject, description, solution)
+    VALUES (new.rowid, new.subject, new.description, new.solution);
+END;
+"""
+
+
+@dataclass
+class Dataset:
+    """What one import brings: tickets, queries and their labelled pairs."""
+
+    tickets: list[Ticket] = field(default_factory=list)
+    queries: list[Query] = field(default_factory=list)
+    pairs: list[LabeledPair] = field(default_factory=list)
+    source: str = ""
+
+    def ticket_map(self) -> dict[str, Ticket]:
+        return {t.id: t for t in self.tickets}
+
+    def query_map(self) -> dict[str, Query]:
+        return {q.id: q for q in self.queries}
+
+
+@dataclass
+class Feedback:
+    """A support engineer's judgement of one recommendation."""
+
+    query_subject: str
+    query_description: str
+    ticket_id: str
+    label: str  # YES | REL | NO
+    model_version: str = ""
+    index_version: str = ""
+    created_at: float = 0.0
+    id: int | None = None
+
+
+def query_key(subject: str, description: str) -> str:
+    """A stable key for 'the same query', so repeated queries show the feedback already given."""
+    import hashlib
+
+    norm = " ".join(subject.lower().split()) + "\x1f" + " ".join(description.lower().split())
+    return hashlib.sha1(norm.encode("utf-8")).hexdigest()
+
+
+class Store:
+    """The SQLite database of one ticketrec home."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn: sqlite3.Connection | None = None
+        self._migrate()
+
+    # -- connection -------------------------------------------------------
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            except sqlite3.Error as exc:
+                raise TicketrecError(f"cannot open the database {self.path}: {exc}") from exc
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any exception (also KeyboardInterrupt)."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        try:
+            self.conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+            with self.transaction() as conn:
+                row = conn.execute("SELECT value FROM schema_meta WHERE key = 'schema_version'").fetchone()
+                if row is None:
+                    conn.execute("INSERT INTO schema_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                elif int(row[0]) > SCHEMA_VERSION:
+                    raise TicketrecError(
+                        f"the database {self.path} has schema version {row[0]}, newer than this ticketrec "
+                        f"({SCHEMA_VERSION}); upgrade ticketrec or point TICKETREC_DB elsewhere"
+                    )
+        except sqlite3.DatabaseError as exc:
+            raise TicketrecError(f"{self.path} is not a usable ticketrec database ({exc}); move it away or set TICKETREC_DB") from exc
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.conn.execute("SELECT value FROM schema_meta WHERE key = 'schema_version'").fetchone()[0])
+
+    # -- writing ----------------------------------------------------------
+    def import_dataset(self, data: Dataset) -> dict[str, int]:
+        """Write a parsed dataset in one transaction; tickets and queries with known ids are updated.
+
+        A pair that names a query or ticket found neither in `data` nor in the store aborts the whole import.
+        """
+        now = time.time()
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO tickets (id, subject, description, solution, metadata, source, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET subject = excluded.subject, "
+                "description = excluded.description, solution = excluded.solution, metadata = excluded.metadata, "
+                "source = excluded.source, updated_at = excluded.updated_at "
+                "WHERE subject IS NOT excluded.subject OR description IS NOT excluded.description "
+                "OR solution IS NOT excluded.solution OR metadata IS NOT excluded.metadata",
+                (
+                    (t.id, t.subject, t.description, t.solution, json.dumps(t.metadata, sort_keys=True), data.source, now)
+                    for t in data.tickets
+                ),
+            )
+            conn.executemany(
+                "INSERT INTO queries (id, subject, description, source) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET subject = excluded.subject, description = excluded.description",
+                ((q.id, q.subject, q.description, data.source) for q in data.queries),
+            )
+            for p in data.pairs:
+                try:
+                    conn.execute(
+                        "INSERT INTO pairs (query_id, ticket_id, score, source) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT(query_id, ticket_id) DO UPDATE SET score = excluded.score",
+                        (p.query_id, p.ticket_id, float(p.score), data.source),
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise InputError(
+                        f"{data.source or 'import'}: pair ({p.query_id}, {p.ticket_id}, {p.score}) names an unknown "
+                        f"query or ticket, or its score is outside 1-5 ({exc}); nothing was imported"
+                    ) from exc
+        return {"tickets": len(data.tickets), "queries": len(data.queries), "pairs": len(data.pairs)}
+
+    def add_feedback(self, fb: Feedback) -> int:
+        """Store one judgement; returns its id."""
+        from .records import LABEL_SCORES
+
+        if fb.label not in LABEL_SCORES:
+            raise InputError(f"feedback label must be one of YES, REL, NO, not {fb.label!r}")
+        if self.get_ticket(fb.ticket_id) is None:
+            raise InputError(f"no ticket with id {fb.ticket_id!r}")
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO feedback (query_key, query_subject, query_description, ticket_id, label, score, "
+                "model_version, index_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    query_key(fb.query_subject, fb.query_description), fb.query_subject, fb.query_description,
+                    fb.ticket_id, fb.label, LABEL_SCORES[fb.label], fb.model_version, fb.index_version,
+                    fb.created_at or time.time(),
+                ),
+            )
+            return int(cur.lastrowid)
+
+    # -- reading ----------------------------------------------------------
+    @staticmethod
+    def _ticket(row: sqlite3.Row) -> Ticket:
+        return Ticket(row["id"], row["subject"], row["description"], row["solution"], json.loads(row["metadata"]))
+
+    def get_ticket(self, ticket_id: str) -> Ticket | None:
+        row = self.conn.execute("SELECT * FROM tickets WHERE id = ?", (ticket_id,)).fetchone()
+        return None if row is None else self._ticket(row)
+
+    def get_tickets(self, ids: Sequence[str]) -> list[Ticket]:
+        """Tickets in the order of `ids` (unknown ids are skipped)."""
+        found: dict[str, Ticket] = {}
+        for start in range(0, len(ids), 900):
+            chunk = list(ids[start : start + 900])
+            marks = ",".join("?" * len(chunk))
+            for row in self.conn.execute(f"SELECT * FROM tickets WHERE id IN ({marks})", chunk):
+                found[row["id"]] = self._ticket(row)
+        return [found[i] for i in ids if i in found]
+
+    def iter_tickets(self, batch: int = 2000, since: float | None = None) -> Iterator[Ticket]:
+        """All tickets (or those updated after `since`) in insertion order."""
+        sql = "SELECT rowid, * FROM tickets WHERE rowid > ?" + (" AND updated_at > ?" if since is not None else "")
+        last = 0
+        while True:
+            args = (last, since) if since is not None else (last,)
+            rows = self.conn.execute(sql + " ORDER BY rowid LIMIT ?", (*args, batch)).fetchall()
+            if not rows:
+                return
+            for row in rows:
+                yield self._ticket(row)
+            last = rows[-1]["rowid"]
+
+    def ticket_ids(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT id FROM tickets ORDER BY rowid")]
+
+    def ticket_versions(self) -> dict[str, float]:
+        """ticket id → last update time, for incremental reindexing."""
+        return {r[0]: r[1] for r in self.conn.execute("SELECT id, updated_at FROM tickets")}
+
+    def queries(self) -> list[Query]:
+        return [Query(r["subject"], r["description"], r["id"]) for r in self.conn.execute("SELECT * FROM queries ORDER BY rowid")]
+
+    def pairs(self) -> list[LabeledPair]:
+        return [LabeledPair(r[0], r[1], r[2]) for r in self.conn.execute("SELECT query_id, ticket_id, score FROM pairs ORDER BY rowid")]
+
+    def dataset(self) -> Dataset:
+        """The whole store as a Dataset (tickets, queries, pairs)."""
+        return Dataset(list(self.iter_tickets()), self.queries(), self.pairs(), source=str(self.path))
+
+    def feedback(self, key: str | None = None) -> list[Feedback]:
+        sql, args = "SELECT * FROM feedback", ()
+        if key is not None:
+            sql, args = sql + " WHERE query_key = ?", (key,)
+        return [
+            Feedback(r["query_subject"], r["query_description"], r["ticket_id"], r["label"], r["model_version"],
+                     r["index_version"], r["created_at"], r["id"])
+            for r in self.conn.execute(sql + " ORDER BY id", args)
+        ]
+
+    def stats(self) -> dict[str, int]:
+        """Counts of tickets, queries, labelled pairs and feedback."""
+        c = self.conn
+        return {
+            "tickets": c.execute("SELECT COUNT(*) FROM tickets").fetchone()[0],
+            "queries": c.execute("SELECT COUNT(*) FROM queries").fetchone()[0],
+            "pairs": c.execute("SELECT COUNT(*) FROM pairs").fetchone()[0],
+            "feedback": c.execute("SELECT COUNT(*) FROM feedback").fetchone()[0],
+        }
+
+    def last_update(self) -> float:
+        """Time of the newest ticket change (0 for an empty store)."""
+        return float(self.conn.execute("SELECT COALESCE(MAX(updated_at), 0) FROM tickets").fetchone()[0])

@@ -1,0 +1,113 @@
+"""Text processing: word tokenisation (no downloaded NLTK data), number masking, a Punkt sentence splitter trained on the knowledge base."""
+from __future__ import annotations
+
+import html
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+from nltk.tokenize import NLTKWordTokenizer
+from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer, PunktTrainer
+
+from .errors import ModelError
+
+NUMBER_TOKEN = "##"
+_NUMBER = re.compile(r"^[+-]?\d[\d.,:/%-]*[a-z]{0,3}$")
+_TAG = re.compile(r"<[^>]{0,200}>")
+_SPACE = re.compile(r"\s+")
+_WORDLIKE = re.compile(r"\w", re.UNICODE)
+
+#: A short English stop list (no NLTK corpus download needed); used for IDF weighting and explanations.
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have having
+    he her here hers herself him himself his how i if in into is it its itself just me more most my myself no
+    nor not now of off on once only or other our ours ourselves out over own same she should so some such than
+    that the their theirs them themselves then there these they this those through to too under until up very
+    was we were what when where which while who whom why will with would you your yours yourself yourselves
+    also get got can't cannot don't i'm it's ve ll re s t d m 's n't 're 've 'll 'd 'm""".split()
+)
+
+_word_tokenizer = NLTKWordTokenizer()
+
+
+def clean(text: str) -> str:
+    """Unescape HTML entities, drop tags and fold white space (forum and ticket text carries both)."""
+    text = html.unescape(text or "")
+    text = _TAG.sub(" ", text)
+    return _SPACE.sub(" ", text).strip()
+
+
+@lru_cache(maxsize=200_000)
+def _normalise_token(token: str) -> str:
+    token = token.lower()
+    if _NUMBER.match(token):
+        return NUMBER_TOKEN
+    return token
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased word tokens with numbers masked as `##`; punctuation-only tokens dropped."""
+    tokens = _word_tokenizer.tokenize(clean(text))
+    return [_normalise_token(t) for t in tokens if _WORDLIKE.search(t) or t == NUMBER_TOKEN]
+
+
+def content_words(tokens: Iterable[str]) -> list[str]:
+    """Tokens without stop words and masks, for explanations (shared terms)."""
+    return [t for t in tokens if t not in STOP_WORDS and t != NUMBER_TOKEN and len(t) > 1]
+
+
+class SentenceSplitter:
+    """Punkt sentence splitter whose parameters are learnt from the knowledge base (no NLTK data download)."""
+
+    def __init__(self, params: PunktParameters | None = None):
+        self.params = params or PunktParameters()
+        self._tokenizer = PunktSentenceTokenizer(self.params)
+
+    @classmethod
+    def train(cls, texts: Iterable[str]) -> "SentenceSplitter":
+        """Learn abbreviations, collocations and sentence starters from raw texts."""
+        trainer = PunktTrainer()
+        trainer.INCLUDE_ALL_COLLOCS = True
+        for text in texts:
+            trainer.train(clean(text), finalize=False)
+        trainer.finalize_training()
+        return cls(trainer.get_params())
+
+    def split(self, text: str) -> list[str]:
+        """Sentences of `text` (an empty text gives no sentence)."""
+        text = clean(text)
+        return [s for s in self._tokenizer.tokenize(text) if s.strip()] if text else []
+
+    def to_dict(self) -> dict:
+        p = self.params
+        return {
+            "abbrev_types": sorted(p.abbrev_types),
+            "collocations": sorted([list(c) for c in p.collocations]),
+            "sent_starters": sorted(p.sent_starters),
+            "ortho_context": dict(p.ortho_context),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "SentenceSplitter":
+        p = PunktParameters()
+        p.abbrev_types = set(data.get("abbrev_types", []))
+        p.collocations = {tuple(c) for c in data.get("collocations", [])}
+        p.sent_starters = set(data.get("sent_starters", []))
+        for word, flags in data.get("ortho_context", {}).items():
+            p.ortho_context[word] = int(flags)
+        return cls(p)
+
+    def save(self, path: str | Path) -> None:
+        """Write the Punkt parameters as JSON."""
+        Path(path).write_text(json.dumps(self.to_dict()), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "SentenceSplitter":
+        """Read Punkt parameters written by `save`."""
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            raise ModelError(f"cannot read the sentence splitter {path}: {exc}; retrain the model") from exc
