@@ -5,6 +5,8 @@ import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from .errors import TicketrecError
+
 #: Every environment variable the settings read, with its default and meaning (the README's table).
 ENV_VARS = {
     "TICKETREC_HOME": ("~/.ticketrec", "where the database, models and indexes live"),
@@ -22,6 +24,14 @@ ENV_VARS = {
     "TICKETREC_MAX_DESCRIPTION": ("20000", "longest accepted query description in characters"),
     "TICKETREC_SECRET_KEY": ("", "Flask secret key (CSRF); a random one per process when empty"),
 }
+
+
+def _number(env, name: str, default: str, kind=int):
+    raw = env.get(name) or default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise TicketrecError(f"{name} must be a {kind.__name__}, not {raw!r}; fix or unset it") from None
 
 
 @dataclass(frozen=True)
@@ -64,12 +74,12 @@ class Settings:
             es_url=env.get("TICKETREC_ES_URL", ""),
             es_index=env.get("TICKETREC_ES_INDEX") or "ticketrec-tickets",
             broker_url=env.get("TICKETREC_BROKER_URL", ""),
-            candidates=int(env.get("TICKETREC_CANDIDATES") or 1000),
-            shards=int(env.get("TICKETREC_SHARDS") or 2),
-            query_deadline=float(env.get("TICKETREC_QUERY_DEADLINE") or 2.0),
-            keep_indexes=int(env.get("TICKETREC_KEEP_INDEXES") or 3),
+            candidates=_number(env, "TICKETREC_CANDIDATES", "1000"),
+            shards=_number(env, "TICKETREC_SHARDS", "2"),
+            query_deadline=_number(env, "TICKETREC_QUERY_DEADLINE", "2.0", float),
+            keep_indexes=_number(env, "TICKETREC_KEEP_INDEXES", "3"),
             reindex_at=env.get("TICKETREC_REINDEX_AT") or "02:30",
-            max_description=int(env.get("TICKETREC_MAX_DESCRIPTION") or 20000),
+            max_description=_number(env, "TICKETREC_MAX_DESCRIPTION", "20000"),
             secret_key=env.get("TICKETREC_SECRET_KEY", ""),
         )
 

@@ -1,0 +1,46 @@
+"""Text processing: tokenisation without NLTK data, number masking, the trained Punkt splitter."""
+from recommender.errors import ModelError
+from recommender.text import NUMBER_TOKEN, SentenceSplitter, clean, content_words, tokenize
+
+import pytest
+
+
+def test_tokenize_lowercases_masks_numbers_and_drops_punctuation():
+    assert tokenize("The GT tripped at 50.5 MW, again!") == ["the", "gt", "tripped", "at", NUMBER_TOKEN, "mw", "again"]
+
+
+def test_tokenize_strips_html_and_unescapes_entities():
+    assert tokenize("<script>alert(1)</script> Oil &amp; <b>gas</b>") == ["alert", NUMBER_TOKEN, "oil", "gas"]
+
+
+def test_tokenize_empty_and_none_like_inputs():
+    assert tokenize("") == []
+    assert tokenize("   \n\t ") == []
+    assert clean(None) == ""  # type: ignore[arg-type]
+
+
+def test_content_words_drop_stop_words_and_masks():
+    assert content_words(tokenize("The valve is leaking at 12 bar")) == ["valve", "leaking", "bar"]
+
+
+def test_punkt_learns_abbreviations_from_the_corpus_and_round_trips(tmp_path):
+    corpus = ["Approx. ten units were checked. The unit tripped again. Approx. two hours later it restarted."] * 30
+    splitter = SentenceSplitter.train(corpus)
+    text = "Approx. five valves leaked. The operator closed them."
+    assert splitter.split(text) == ["Approx. five valves leaked.", "The operator closed them."]
+    path = tmp_path / "punkt.json"
+    splitter.save(path)
+    assert SentenceSplitter.load(path).split(text) == splitter.split(text)
+
+
+def test_untrained_splitter_splits_sentences_and_empty_text():
+    splitter = SentenceSplitter()
+    assert splitter.split("One. Two. Three.") == ["One.", "Two.", "Three."]
+    assert splitter.split("") == []
+
+
+def test_corrupt_punkt_file_gives_a_clear_error(tmp_path):
+    path = tmp_path / "punkt.json"
+    path.write_text("{not json")
+    with pytest.raises(ModelError, match="punkt.json"):
+        SentenceSplitter.load(path)
