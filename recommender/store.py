@@ -83,6 +83,9 @@ class Dataset:
     queries: list[Query] = field(default_factory=list)
     pairs: list[LabeledPair] = field(default_factory=list)
     source: str = ""
+    #: Optional facts about a pair, keyed (query_id, ticket_id), e.g. SemEval's {"ir_rank": 3} (the external
+    #: search engine's order, which evaluation needs for the IR baseline). Not written to the database.
+    pair_meta: dict[tuple[str, str], dict] = field(default_factory=dict)
 
     def ticket_map(self) -> dict[str, Ticket]:
         return {t.id: t for t in self.tickets}
@@ -111,6 +114,15 @@ def query_key(subject: str, description: str) -> str:
 
     norm = " ".join(subject.lower().split()) + "\x1f" + " ".join(description.lower().split())
     return hashlib.sha1(norm.encode("utf-8")).hexdigest()
+
+
+def _with_ids(records: Iterable, kind: str, source: str) -> Iterator:
+    """`records`, refusing one without an id (SQLite would store a NULL text primary key)."""
+    for record in records:
+        if record.id is None or not str(record.id).strip():
+            raise InputError(f"{source or 'import'}: a {kind} without an id ({record.subject!r}); give every "
+                             f"{kind} an id (nothing was imported)")
+        yield record
 
 
 class Store:
@@ -197,13 +209,13 @@ class Store:
                 "OR solution IS NOT excluded.solution OR metadata IS NOT excluded.metadata",
                 (
                     (t.id, t.subject, t.description, t.solution, json.dumps(t.metadata, sort_keys=True), data.source, now)
-                    for t in data.tickets
+                    for t in _with_ids(data.tickets, "ticket", data.source)
                 ),
             )
             conn.executemany(
                 "INSERT INTO queries (id, subject, description, source) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET subject = excluded.subject, description = excluded.description",
-                ((q.id, q.subject, q.description, data.source) for q in data.queries),
+                ((q.id, q.subject, q.description, data.source) for q in _with_ids(data.queries, "query", data.source)),
             )
             for p in data.pairs:
                 try:

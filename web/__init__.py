@@ -1,0 +1,111 @@
+"""The support engineer's web app: Flask app factory (`create_app`), pages, JSON API. gunicorn: `web:create_app()`."""
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any, Mapping
+
+from flask import Flask, render_template, request
+from flask_wtf.csrf import CSRFError, CSRFProtect
+from werkzeug.exceptions import HTTPException, InternalServerError
+
+from recommender.config import Settings
+
+from .services import TicketrecServices
+
+csrf = CSRFProtect()
+log = logging.getLogger(__name__)
+
+#: Bytes a request body may have besides the description itself (subject, JSON, form fields, CSRF token).
+_BODY_OVERHEAD = 64 * 1024
+
+
+def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
+    """Build the app from the TICKETREC_* settings; `test_config` overrides any Flask config key.
+
+    Extra keys it understands: TICKETREC_SETTINGS (a `Settings`), TICKETREC_ENGINE (a ready engine object),
+    TICKETREC_ENGINE_FACTORY (callable Settings → engine).
+    """
+    app = Flask(__name__)
+    test_config = dict(test_config or {})
+    settings: Settings = test_config.get("TICKETREC_SETTINGS") or Settings.from_env()
+    app.config.from_mapping(
+        SECRET_KEY=settings.secret_key or secrets.token_hex(32),
+        MAX_DESCRIPTION=settings.max_description,
+        WTF_CSRF_TIME_LIMIT=None,  # a results page left open all day must still accept feedback
+        JSON_SORT_KEYS=False,
+    )
+    app.config.update(test_config)
+    app.config["TICKETREC_SETTINGS"] = settings
+    # A body far beyond the description limit is refused before it is read (413); the limit itself is checked per field.
+    app.config.setdefault("MAX_CONTENT_LENGTH", int(app.config["MAX_DESCRIPTION"]) * 4 + _BODY_OVERHEAD)
+    app.json.sort_keys = False
+
+    app.extensions["ticketrec"] = TicketrecServices(
+        settings, engine=app.config.get("TICKETREC_ENGINE"), engine_factory=app.config.get("TICKETREC_ENGINE_FACTORY")
+    )
+    csrf.init_app(app)
+    app.teardown_appcontext(lambda _exc: app.extensions["ticketrec"].close_store())
+
+    from . import api, views
+
+    app.register_blueprint(views.bp)
+    app.register_blueprint(api.bp)
+    csrf.exempt(api.bp)
+    _register_error_handlers(app)
+    _register_headers(app)
+
+    @app.context_processor
+    def _versions() -> dict[str, Any]:
+        try:
+            model_version, index_version = app.extensions["ticketrec"].versions()
+        except Exception:  # the footer must render even on the error page of a broken engine
+            model_version, index_version = "", ""
+        return {"model_version": model_version, "index_version": index_version}
+
+    return app
+
+
+def _wants_json() -> bool:
+    return request.path.startswith("/api/")
+
+
+def _register_error_handlers(app: Flask) -> None:
+    from .api import handle_http_error, json_error
+
+    @app.errorhandler(CSRFError)
+    def _csrf(exc: CSRFError):
+        if _wants_json():
+            return json_error(400, exc.description)
+        message = "The form's security token is missing or expired. Reload the page and submit again."
+        return render_template("error.html", status=400, title="Form expired", message=message), 400
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException):
+        if _wants_json():
+            return handle_http_error(exc)
+        status = exc.code or 500
+        return render_template("error.html", status=status, title=exc.name, message=exc.description), status
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception):
+        if isinstance(exc, HTTPException):  # pragma: no cover - routed above
+            return _http(exc)
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        message = "Something went wrong on the server; the error was logged. Try again, or tell the administrator."
+        if _wants_json():
+            return json_error(500, message)
+        return render_template("error.html", status=500, title=InternalServerError.name, message=message), 500
+
+
+def _register_headers(app: Flask) -> None:
+    @app.after_request
+    def _security_headers(response):
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("Referrer-Policy", "same-origin")
+        response.headers.setdefault(
+            "Content-Security-Policy",
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'",
+        )
+        return response

@@ -1,0 +1,1 @@
+"""Celery workers: score index shards, reindex nightly, train; Redis is the broker and result backend."""

@@ -1,0 +1,349 @@
+"""The Table 5 experiment grid: every row a configuration of the one model class (or the BM25 baseline),
+trained on --train, selected on --dev, reported on dev (and --test) under both protocols.
+
+Entry point: `run_experiment(...)`, used by `ticketrec evaluate`.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import math
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from ..errors import InputError
+from ..records import Query
+from ..store import Dataset, Store
+from . import metrics as M
+from . import protocols as P
+from .report import write_report
+
+# (query components, ticket components) of the merged-text rows: Table 5 #1–9 (T), #11–14 (E), #15–18 (S-LSTM)
+_COMBOS_9 = [(q, t) for q in (["SUB"], ["DESC"], ["SUB", "DESC"]) for t in (["SUB"], ["DESC"], ["SUB", "DESC", "SOL"])]
+_COMBOS_4 = [(["SUB"], ["SUB"]), (["DESC"], ["DESC"]), (["SUB", "DESC"], ["SUB", "DESC"]), (["SUB", "DESC"], ["SUB", "DESC", "SOL"])]
+
+
+def _combo_name(q: list[str], t: list[str]) -> str:
+    return "+".join(q) + "–" + "+".join(t)
+
+
+@dataclass
+class Row:
+    """One line of the Table 5 analogue."""
+
+    name: str
+    paper_row: str
+    description: str
+    kind: str = "model"  # "model" (a SiameseConfig preset + overrides) | "bm25"
+    preset: str = ""
+    overrides: dict = field(default_factory=dict)
+    headline: bool = False  # run with every seed (mean ± spread)
+
+    @property
+    def trained(self) -> bool:
+        return self.kind == "model" and self.overrides.get("epochs", 1) != 0 and self.preset not in ("t_merged", "e_merged", "e_ml")
+
+
+def grid_rows(grid: str) -> list[Row]:
+    """The rows of a named grid: `table5` (the paper's ablation plus baselines and options beyond it) or `quick`."""
+    if grid == "quick":
+        return [
+            Row("BM25", "", "BM25 over SUB+DESC+SOL (the pre-filter alone)", kind="bm25"),
+            Row("E ML (unsupervised)", "11–14", "SumEMB E, multi-level pairs, no training", preset="e_ml"),
+            Row("ML+CL h/E/T (paper weights)", "22", "replicated Siamese LSTM, Table 2 weights", preset="ml_cl_hET", headline=True),
+        ]
+    if grid != "table5":
+        raise InputError(f"unknown grid {grid!r}; use table5 or quick")
+    rows = [Row("BM25", "", "BM25 over SUB+DESC+SOL (the pre-filter alone)", kind="bm25")]
+    for i, (q, t) in enumerate(_COMBOS_9, 1):
+        rows.append(Row(f"T {_combo_name(q, t)}", str(i), "DocNADE topic vectors, no training", preset="t_merged",
+                        overrides={"merged_query": q, "merged_ticket": t}))
+    for i, (q, t) in enumerate(_COMBOS_4, 11):
+        rows.append(Row(f"E {_combo_name(q, t)}", str(i), "SumEMB on merged text, no training", preset="e_merged",
+                        overrides={"merged_query": q, "merged_ticket": t}))
+    rows.append(Row("E ML", "", "SumEMB, multi-level pairs SUB–SUB, DESC–DESC, no training", preset="e_ml"))
+    for i, (q, t) in enumerate(_COMBOS_4, 15):
+        rows.append(Row(f"S-LSTM {_combo_name(q, t)}", str(i), "standard Siamese LSTM on merged text, h only",
+                        preset="slstm_merged", overrides={"merged_query": q, "merged_ticket": t}, headline=(i == 18)))
+    rows += [
+        Row("S zero-shot", "", "pretrained all-MiniLM-L6-v2 on SUB+DESC, cosine-free Manhattan metric, no training",
+            preset="e_merged", overrides={"channels": {"S": 1.0}, "merged_query": ["SUB", "DESC"], "merged_ticket": ["SUB", "DESC"]}),
+        Row("ML", "19", "replicated, multi-level pairs, h only", preset="ml"),
+        Row("ML+CL", "20", "+ cross-level pairs", preset="ml_cl"),
+        Row("ML+CL h/E", "21", "+ weighted channels h 0.8, E 0.2", preset="ml_cl_hE"),
+        Row("ML+CL h/E/T", "22", "+ weighted channels h 0.7, E 0.1, T 0.2 (the paper's model)", preset="ml_cl_hET", headline=True),
+        Row("ML+CL h/E/T, grid weights", "", "weights selected on dev by the Table 2 grid", preset="ml_cl_hET",
+            overrides={"weights": "grid"}, headline=True),
+        Row("ML+CL h/E/T, learned weights", "", "channel and pair weights learned", preset="ml_cl_hET", overrides={"weights": "learn"}),
+        Row("+ BM25 channel", "", "h/E/T + BM25, grid weights", preset="ml_cl_hET", overrides={"bm25": 0.3, "weights": "grid"}),
+        Row("+ S channel", "", "h/E/T + pretrained S, grid weights", preset="ml_cl_hET",
+            overrides={"channels": {"h": 0.7, "E": 0.1, "T": 0.2, "S": 0.3}, "weights": "grid"}),
+        Row("best: h/E/T/S + BM25", "", "all channels, grid weights", preset="ml_cl_hETS", headline=True),
+    ]
+    return rows
+
+
+# -- data -----------------------------------------------------------------------------------------------------------
+def fingerprint(path: str | Path) -> str:
+    """sha256 of a data file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass
+class Split:
+    """One data split with its own SQLite store (its knowledge base) and BM25 pre-filter."""
+
+    name: str
+    path: Path
+    dataset: Dataset
+    store: Store
+    prefilter: Any
+
+    def describe(self) -> dict:
+        return {"path": str(self.path), "sha256": fingerprint(self.path), "tickets": len(self.dataset.tickets),
+                "queries": len(self.dataset.queries), "pairs": len(self.dataset.pairs)}
+
+
+def _open_split(name: str, path: Path, out: Path) -> Split:
+    if not path.is_file():
+        raise InputError(f"--{name} file {path} does not exist; give the path of a JSONL, CSV or SemEval XML data set")
+    from ..importers import load
+    from ..prefilter import Fts5Prefilter
+
+    dataset = load(path)
+    if not dataset.pairs:
+        raise InputError(f"--{name} {path} has no labelled pairs; evaluation needs (query, ticket, score) labels")
+    db = out / "stores" / f"{name}.sqlite3"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm"):  # a fresh knowledge base per run: exactly this split's tickets
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    store = Store(db)
+    store.import_dataset(dataset)
+    return Split(name, path, dataset, store, Fts5Prefilter(store))
+
+
+def query_text(query: Query) -> str:
+    return f"{query.subject}\n{query.description}"
+
+
+# -- systems: what a row becomes on one split ---------------------------------------------------------------------
+class BM25System:
+    """The BM25 pre-filter alone; calibrated by isotonic regression fitted on the training pairs."""
+
+    def __init__(self, split: Split, calibrator=None):
+        self.split, self.calibrate = split, calibrator
+
+    def score(self, query: Query, ids: Sequence[str]) -> np.ndarray:
+        found = dict(self.split.prefilter.score_tickets(query_text(query), list(ids)))
+        return np.array([float(found.get(t, 0.0)) for t in ids])
+
+    def retrieve(self, query: Query, k: int):
+        hits = self.split.prefilter.candidates(query_text(query), k)
+        raw = np.array([float(s) for _, s in hits])
+        cal = self.calibrate(raw) if (self.calibrate is not None and len(raw)) else raw
+        return [(tid, float(r), float(c)) for (tid, _), r, c in zip(hits, raw, cal)]
+
+
+class ModelSystem:
+    """A trained (or unsupervised) TicketModel over one split, scored the engine's way: tickets encoded once,
+    the query encoded once, BM25 pre-filter K candidates, the vectorised metric over them."""
+
+    def __init__(self, model, split: Split, candidates: int, progress: bool = False):
+        from ..scoring import score_candidates
+
+        self.model, self.split, self.candidates = model, split, candidates
+        self._score_candidates = score_candidates
+        self.spec = model.metric_spec()
+        self.ticket_ids = [t.id for t in split.dataset.tickets]
+        self.row_of = {tid: i for i, tid in enumerate(self.ticket_ids)}
+        self.ticket_vecs = model.encode_tickets(split.dataset.tickets, progress=progress)
+        queries = split.dataset.queries
+        qv = model.encode_queries(queries, progress=progress)
+        self.query_vecs = {q.id: {k: v[i : i + 1] for k, v in qv.items()} for i, q in enumerate(queries)}
+        self.calibrate = model.calibrate
+
+    def _bm25(self, query: Query, ids: Sequence[str]) -> np.ndarray | None:
+        if not float(self.spec.get("bm25", 0.0) or 0.0):
+            return None
+        found = dict(self.split.prefilter.score_tickets(query_text(query), list(ids)))
+        return np.array([float(found.get(t, 0.0)) for t in ids], np.float32)
+
+    def score(self, query: Query, ids: Sequence[str]) -> np.ndarray:
+        rows = np.array([self.row_of[t] for t in ids], np.int64)
+        return self._score_candidates(self.spec, self.query_vecs[query.id], self.ticket_vecs, rows, self._bm25(query, ids))
+
+    def retrieve(self, query: Query, k: int):
+        K = self.candidates if self.candidates > 0 else len(self.ticket_ids)
+        hits = self.split.prefilter.candidates(query_text(query), K)
+        ids = [tid for tid, _ in hits if tid in self.row_of]
+        if not ids:
+            return []
+        bm25 = np.array([float(s) for tid, s in hits if tid in self.row_of], np.float32)
+        g = self._score_candidates(self.spec, self.query_vecs[query.id], self.ticket_vecs,
+                                   np.array([self.row_of[t] for t in ids], np.int64), bm25)
+        order = np.argsort(-g, kind="stable")[:k]
+        cal = self.calibrate(g[order])
+        return [(ids[i], float(g[i]), float(c)) for i, c in zip(order, cal)]
+
+
+# -- the run -------------------------------------------------------------------------------------------------------
+def _mean_spread(values: list[dict]) -> tuple[dict, dict]:
+    keys = sorted({k for v in values for k in v})
+    mean, spread = {}, {}
+    for k in keys:
+        xs = [v[k] for v in values if k in v and not (isinstance(v[k], float) and math.isnan(v[k]))]
+        mean[k] = float(np.mean(xs)) if xs else float("nan")
+        if len(values) > 1:
+            spread[k] = float(np.std(xs, ddof=1)) if len(xs) > 1 else float("nan")
+    return mean, spread
+
+
+def _export_word_vectors(model, path: Path) -> None:
+    """Write a trained model's word vectors in word2vec text format, so later rows reuse them (no retraining)."""
+    from ..vocab import RESERVED
+
+    weights = model.net.embedder.words.weight.detach().cpu().numpy()
+    tokens = [(i, t) for i, t in enumerate(model.vocab.tokens) if t not in RESERVED and not any(c.isspace() for c in t)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(f"{len(tokens)} {weights.shape[1]}\n")
+        for i, t in tokens:
+            fh.write(t + " " + " ".join(f"{x:.6g}" for x in weights[i]) + "\n")
+    tmp.replace(path)
+
+
+def _train(row: Row, train: Split, dev: Split, seed: int, out: Path, overrides: dict, progress: bool):
+    """Train one row's model; word2vec is trained once per run and shared by every later row (out/cache)."""
+    from ..siamese import SiameseConfig
+    from ..training import train_model
+
+    config = SiameseConfig.preset(row.preset, **{**row.overrides, **overrides})
+    cached = out / "cache" / "word2vec.txt"
+    kwargs: dict[str, Any] = {"seed": seed, "progress": progress}
+    if cached.exists():
+        kwargs["word_vectors"] = cached
+    slug = "".join(c if c.isalnum() else "-" for c in row.name.lower()).strip("-")
+    model = train_model(train.dataset, dev.dataset, config, out / "models" / f"{slug}-seed{seed}", **kwargs)
+    if not cached.exists() and not config.fine_tune_words:
+        _export_word_vectors(model, cached)
+    return model
+
+
+def _evaluate_system(system, split: Split, k: int, progress: bool) -> tuple[dict, P.ProtocolResult, P.ProtocolResult]:
+    rr = P.rerank(split.dataset, system.score, calibrate=system.calibrate, progress=progress)
+    kb = P.knowledge_base(split.dataset, system.retrieve, k=k, progress=progress)
+    metrics = rr.metrics()
+    kb_metrics = kb.metrics()
+    metrics.update({f"kb_{key}": value for key, value in kb_metrics.items()
+                    if key.startswith(("map@", "mrr@", "acc@", "p@", "success_"))})
+    return metrics, rr, kb
+
+
+def run_experiment(
+    train: str | Path,
+    dev: str | Path,
+    out: str | Path,
+    test: str | Path | None = None,
+    grid: str = "table5",
+    seeds: int = 3,
+    seed: int = 0,
+    candidates: int = 1000,
+    overrides: dict | None = None,
+    rows: Sequence[Row] | None = None,
+    command: str = "",
+    progress: bool = True,
+) -> dict:
+    """Run every row of `grid` and write the report into `out`; returns the results dict (results.json)."""
+    import torch
+
+    torch.set_num_threads(1)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    overrides = dict(overrides or {})
+    rows = list(rows) if rows is not None else grid_rows(grid)
+    if seeds < 1:
+        raise InputError("--seeds must be at least 1")
+    splits = {"train": _open_split("train", Path(train), out), "dev": _open_split("dev", Path(dev), out)}
+    if test is not None:
+        splits["test"] = _open_split("test", Path(test), out)
+    eval_splits = [s for s in ("dev", "test") if s in splits]
+
+    from ..calibration import Calibrator
+
+    results_rows: list[dict] = []
+    calibration: dict[str, tuple[list[float], list[float]]] = {}
+    notes: list[str] = []
+    for row in tqdm(rows, desc="grid", unit="row", disable=not progress):
+        row_seeds = [seed + i for i in range(seeds)] if (row.headline and row.trained) else [seed]
+        per_split: dict[str, list[dict]] = {s: [] for s in eval_splits}
+        versions: list[str] = []
+        try:
+            for s in row_seeds:
+                if row.kind == "bm25":
+                    train_sys = BM25System(splits["train"])
+                    fit = P.rerank(splits["train"].dataset, train_sys.score, progress=False)
+                    cal = Calibrator.fit(np.array([p.raw_score for p in fit.predictions]), np.array([p.label for p in fit.predictions]))
+                    systems = {name: BM25System(splits[name], cal) for name in eval_splits}
+                else:
+                    model = _train(row, splits["train"], splits["dev"], s, out, overrides, progress)
+                    versions.append(getattr(model, "version", ""))
+                    systems = {name: ModelSystem(model, splits[name], candidates) for name in eval_splits}
+                for name, system in systems.items():
+                    m, rr, kb = _evaluate_system(system, splits[name], 10, progress)
+                    per_split[name].append(m)
+                    if s == row_seeds[0]:
+                        slug = "".join(c if c.isalnum() else "-" for c in row.name.lower()).strip("-")
+                        rr.write(out / "predictions" / name, slug)
+                        kb.write(out / "predictions" / name, slug)
+                        if name == "dev":
+                            calibration[row.name] = ([p.score for p in rr.predictions], [p.label for p in rr.predictions])
+        except (ImportError, NotImplementedError) as exc:
+            notes.append(f"row {row.name!r} skipped: {exc}")
+            continue
+        entry = {"name": row.name, "paper_row": row.paper_row, "description": row.description, "kind": row.kind,
+                 "preset": row.preset, "overrides": row.overrides, "seeds": row_seeds, "model_versions": versions}
+        for name in eval_splits:
+            entry[name], entry[f"{name}_spread"] = _mean_spread(per_split[name])
+        results_rows.append(entry)
+
+    from .report import best_row
+
+    best = best_row(results_rows, "dev")
+    keep = {r["name"] for r in results_rows if r["kind"] == "bm25"} | ({best["name"]} if best else set())
+    results = {
+        "name": out.name,
+        "command": command or f"run_experiment(train={train!s}, dev={dev!s}, test={test!s}, grid={grid}, seeds={seeds}, seed={seed})",
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "grid": grid, "seeds": seeds, "seed": seed, "candidates": candidates, "threshold": M.YES_AND_REL,
+        "overrides": overrides,
+        "data": {name: split.describe() for name, split in splits.items()},
+        "versions": _versions(),
+        "rows": results_rows,
+        "notes": notes,
+    }
+    write_report(results, out, {k: v for k, v in calibration.items() if k in keep})
+    for split in splits.values():
+        split.store.close()
+    return results
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for pkg in ("ticketrec", "torch", "numpy", "scipy", "scikit-learn", "gensim", "sentence-transformers"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    return out

@@ -1,0 +1,363 @@
+"""Immutable index versions of precomputed ticket vectors under TICKETREC_HOME/indexes/, switched atomically.
+
+A version directory holds `ticket_ids.json`, `updated_at.npy` (each ticket's store timestamp, for incremental
+builds), one memory-mappable `.npy` per EncodedBatch key (`SUB.h.npy`, `DESC.E.npy`, ...) and `manifest.json`
+(model fingerprint, counts, dtype, metric spec, pre-filter backend). A build writes into a hidden temporary
+directory, verifies it, renames it into place and only then points `CURRENT` at it (temp file + os.replace),
+so a failed, interrupted or killed build leaves the previous version serving.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import secrets
+import shutil
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .config import Settings
+from .errors import IndexStateError
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+CURRENT_FILE = "CURRENT"
+MANIFEST = "manifest.json"
+IDS_FILE = "ticket_ids.json"
+UPDATED_FILE = "updated_at.npy"
+_TMP_PREFIX = ".tmp-"
+_LOCK_FILE = ".build.lock"
+#: Tickets fetched from the store and encoded per step of the build.
+BUILD_BATCH = 512
+
+_RUN_INDEX = "run `ticketrec index` to build one"
+
+
+class TicketIndex:
+    """One opened index version: ticket ids and their memory-mapped vector matrices."""
+
+    def __init__(self, path: Path, manifest: dict, ticket_ids: list[str], vectors: dict[str, np.ndarray],
+                 updated_at: np.ndarray):
+        self.path = Path(path)
+        self.manifest = manifest
+        self.ticket_ids = ticket_ids
+        self.vectors = vectors
+        self.updated_at = updated_at
+        self._rows: dict[str, int] | None = None
+
+    @property
+    def version(self) -> str:
+        return self.manifest["version"]
+
+    @property
+    def model_version(self) -> str:
+        return self.manifest["model_version"]
+
+    @property
+    def metric_spec(self) -> dict:
+        """The metric the index was built for (workers score with it without loading the model)."""
+        return self.manifest["metric_spec"]
+
+    def __len__(self) -> int:
+        return len(self.ticket_ids)
+
+    @property
+    def row_of(self) -> dict[str, int]:
+        """ticket id → row in the matrices."""
+        if self._rows is None:
+            self._rows = {tid: i for i, tid in enumerate(self.ticket_ids)}
+        return self._rows
+
+    def rows_for(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, positions) of the ids this index holds; `positions` index into `ids` (unknown ids skipped)."""
+        lookup = self.row_of
+        rows, positions = [], []
+        for pos, tid in enumerate(ids):
+            row = lookup.get(tid)
+            if row is not None:
+                rows.append(row)
+                positions.append(pos)
+        return np.asarray(rows, np.int64), np.asarray(positions, np.int64)
+
+    def shard_rows(self, shard: int, n_shards: int) -> tuple[int, int]:
+        """The contiguous row range [start, stop) of shard `shard` of `n_shards`."""
+        return shard_bounds(len(self), shard, n_shards)
+
+    @classmethod
+    def open(cls, path: str | Path) -> "TicketIndex":
+        """Open a version directory, memory-mapping its matrices (mmap_mode='r'); IndexStateError if unusable."""
+        path = Path(path)
+        try:
+            manifest = json.loads((path / MANIFEST).read_text())
+            if manifest.get("format_version") != FORMAT_VERSION:
+                raise IndexStateError(
+                    f"index {path} has format version {manifest.get('format_version')}, this ticketrec reads "
+                    f"{FORMAT_VERSION}; {_RUN_INDEX}"
+                )
+            ticket_ids = json.loads((path / IDS_FILE).read_text())
+            updated_at = np.load(path / UPDATED_FILE, mmap_mode="r")
+            vectors = {key: np.load(path / f"{key}.npy", mmap_mode="r") for key in manifest["keys"]}
+        except IndexStateError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise IndexStateError(f"index {path} is missing or corrupt ({exc}); {_RUN_INDEX}") from exc
+        n = manifest.get("n_tickets")
+        problems = []
+        if len(ticket_ids) != n:
+            problems.append(f"{IDS_FILE} has {len(ticket_ids)} ids")
+        if updated_at.shape != (n,):
+            problems.append(f"{UPDATED_FILE} has shape {updated_at.shape}")
+        for key, mat in vectors.items():
+            if mat.ndim != 2 or mat.shape[0] != n or mat.shape[1] != manifest["keys"][key]:
+                problems.append(f"{key}.npy has shape {mat.shape}")
+        if problems:
+            raise IndexStateError(f"index {path} is inconsistent (manifest says {n} tickets; " + ", ".join(problems)
+                                  + f"); {_RUN_INDEX}")
+        return cls(path, manifest, ticket_ids, vectors, updated_at)
+
+
+def shard_bounds(n: int, shard: int, n_shards: int) -> tuple[int, int]:
+    """Row range [start, stop) of shard `shard` when n rows are cut into `n_shards` near-equal slices."""
+    if n_shards < 1 or not 0 <= shard < n_shards:
+        raise ValueError(f"shard must be in [0, {n_shards}), got {shard}")
+    return n * shard // n_shards, n * (shard + 1) // n_shards
+
+
+# -- where versions live -------------------------------------------------------------------------------------
+def current_version(settings: Settings) -> str | None:
+    """The version `CURRENT` points at, or None before the first build."""
+    try:
+        version = (settings.indexes_dir / CURRENT_FILE).read_text().strip()
+    except FileNotFoundError:
+        return None
+    return version or None
+
+
+def list_versions(settings: Settings) -> list[str]:
+    """Complete version directories, oldest first (names sort by build time)."""
+    root = settings.indexes_dir
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                  and (p / MANIFEST).exists())
+
+
+def open_version(settings: Settings, version: str) -> TicketIndex:
+    """Open one named version."""
+    if not version or "/" in version or version.startswith("."):
+        raise IndexStateError(f"{version!r} is not an index version name")
+    path = settings.indexes_dir / version
+    if not path.is_dir():
+        raise IndexStateError(f"index version {version} does not exist (pruned?); {_RUN_INDEX}")
+    return TicketIndex.open(path)
+
+
+def open_current(settings: Settings) -> TicketIndex:
+    """Open the version that serves now; IndexStateError telling to run `ticketrec index` when there is none."""
+    version = current_version(settings)
+    if version is None:
+        raise IndexStateError(f"no ticket index in {settings.indexes_dir} yet; {_RUN_INDEX}")
+    return open_version(settings, version)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def switch_current(settings: Settings, version: str) -> None:
+    """Point CURRENT at `version` atomically (readers see the old or the new name, never a partial one)."""
+    if not (settings.indexes_dir / version / MANIFEST).exists():
+        raise IndexStateError(f"index version {version} is not complete; refusing to switch to it")
+    _write_atomic(settings.indexes_dir / CURRENT_FILE, version + "\n")
+
+
+@contextmanager
+def _build_lock(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / _LOCK_FILE, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise IndexStateError(f"another index build is running in {root}; wait for it to finish") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _remove_stale_temporaries(root: Path) -> None:
+    """Remove what killed builds left behind (only called while holding the build lock)."""
+    for p in root.iterdir():
+        if p.name.startswith(_TMP_PREFIX) and p.name != _LOCK_FILE:
+            log.info("removing %s left by an interrupted build", p)
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def prune(settings: Settings) -> list[str]:
+    """Delete the oldest versions beyond `settings.keep_indexes` (never the current one); returns the deleted."""
+    keep = max(1, settings.keep_indexes)
+    current = current_version(settings)
+    versions = list_versions(settings)
+    doomed = [v for v in versions[: max(0, len(versions) - keep)] if v != current]
+    for v in doomed:
+        shutil.rmtree(settings.indexes_dir / v, ignore_errors=True)
+    return doomed
+
+
+# -- building --------------------------------------------------------------------------------------------------
+def _new_version_name(existing: Sequence[str] = ()) -> str:
+    """A name that sorts after every existing version: UTC time to the microsecond, plus a random tag."""
+    while True:
+        now = time.time()
+        name = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now % 1 * 1e6):06d}-{secrets.token_hex(3)}"
+        if not existing or name[:21] > max(existing)[:21]:
+            return name
+        time.sleep(0.001)
+
+
+def _reusable(prev: TicketIndex | None, model, dtype: str) -> bool:
+    return prev is not None and prev.model_version == model.version and prev.manifest.get("dtype") == dtype
+
+
+def build_index(store, model, settings: Settings, incremental: bool = True, float16: bool = False,
+                progress: bool = True, prefilter=None) -> str:
+    """Encode the store's tickets into a new immutable index version, verify it, switch CURRENT to it; its name.
+
+    Incremental: rows of tickets unchanged since the current version (same model, same dtype) are copied, only
+    new or changed tickets are encoded; when nothing changed the current version is returned as is.
+    `prefilter`: a BM25 backend whose `index(tickets)` must be fed (Elasticsearch); FTS5 is kept in sync by the
+    store itself, so it needs nothing.
+    """
+    root = settings.indexes_dir
+    dtype = "float16" if float16 else "float32"
+    with _build_lock(root):
+        _remove_stale_temporaries(root)
+        prev = None
+        if current_version(settings) is not None:
+            try:
+                prev = open_current(settings)
+            except IndexStateError as exc:
+                log.warning("the current index cannot be reused (%s); building from scratch", exc)
+        versions = store.ticket_versions()
+        ids = [tid for tid in store.ticket_ids() if tid in versions]
+        if not ids:
+            raise IndexStateError("the knowledge base is empty; import tickets first (`ticketrec import FILE`)")
+        updated = np.array([versions[tid] for tid in ids], np.float64)
+
+        reuse_src = np.full(len(ids), -1, np.int64)
+        if incremental and _reusable(prev, model, dtype):
+            lookup = prev.row_of
+            for i, tid in enumerate(ids):
+                row = lookup.get(tid)
+                if row is not None and prev.updated_at[row] == updated[i]:
+                    reuse_src[i] = row
+            if (reuse_src >= 0).all() and len(prev) == len(ids) and (reuse_src == np.arange(len(ids))).all():
+                log.info("index %s is up to date (%d tickets); nothing to build", prev.version, len(ids))
+                return prev.version
+        to_encode = np.flatnonzero(reuse_src < 0)
+
+        version = _new_version_name(list_versions(settings))
+        tmp = root / f"{_TMP_PREFIX}{version}"
+        tmp.mkdir(parents=True)
+        started = time.time()
+        try:
+            keys = _write_matrices(tmp, store, model, ids, reuse_src, to_encode, prev, np.dtype(dtype), progress,
+                                   prefilter)
+            np.save(tmp / UPDATED_FILE, updated)
+            (tmp / IDS_FILE).write_text(json.dumps(ids))
+            manifest = {
+                "format_version": FORMAT_VERSION,
+                "version": version,
+                "model_version": model.version,
+                "model_path": str(getattr(model, "path", "") or ""),
+                "metric_spec": model.metric_spec(),
+                "created_at": time.time(),
+                "n_tickets": len(ids),
+                "encoded": int(len(to_encode)),
+                "reused": int(len(ids) - len(to_encode)),
+                "previous": prev.version if prev is not None else None,
+                "dtype": dtype,
+                "keys": keys,
+                "prefilter": settings.prefilter,
+                "build_seconds": round(time.time() - started, 3),
+            }
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+            built = TicketIndex.open(tmp)  # verify: shapes, counts, loadable files
+            if built.model_version != model.version or len(built) != len(ids):
+                raise IndexStateError(f"the build in {tmp} did not verify; the current index is unchanged")
+            os.rename(tmp, root / version)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        switch_current(settings, version)
+        removed = prune(settings)
+        log.info("index %s: %d tickets (%d encoded, %d reused); pruned %s", version, len(ids), len(to_encode),
+                 len(ids) - len(to_encode), removed or "nothing")
+        return version
+
+
+def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarray, to_encode: np.ndarray,
+                    prev: TicketIndex | None, dtype: np.dtype, progress: bool, prefilter) -> dict[str, int]:
+    """Fill one .npy per EncodedBatch key: encoded rows for `to_encode`, copied rows for the rest."""
+    n = len(ids)
+    mats: dict[str, np.ndarray] = {}
+
+    def allocate(shapes: dict[str, int]) -> None:
+        for key, dim in shapes.items():
+            mats[key] = np.lib.format.open_memmap(tmp / f"{key}.npy", mode="w+", dtype=dtype, shape=(n, dim))
+
+    if prev is not None and len(to_encode) < n:
+        allocate({key: mat.shape[1] for key, mat in prev.vectors.items()})
+
+    bar = tqdm(total=len(to_encode), desc="encoding tickets", unit="ticket", disable=not progress)
+    try:
+        for start in range(0, len(to_encode), BUILD_BATCH):
+            positions = to_encode[start : start + BUILD_BATCH]
+            batch_ids = [ids[p] for p in positions]
+            tickets = store.get_tickets(batch_ids)
+            if len(tickets) != len(batch_ids):
+                found = {t.id for t in tickets}
+                missing = [tid for tid in batch_ids if tid not in found]
+                raise IndexStateError(f"tickets {missing[:5]} vanished from the store during the build; run it again")
+            encoded = model.encode_tickets(tickets)
+            if not mats:
+                allocate({key: arr.shape[1] for key, arr in encoded.items()})
+            if set(encoded) != set(mats):
+                raise IndexStateError(f"the model encodes {sorted(encoded)}, the index holds {sorted(mats)}; "
+                                      f"rebuild without reuse (`ticketrec index --full`)")
+            for key, arr in encoded.items():
+                arr = np.asarray(arr)
+                if arr.shape != (len(positions), mats[key].shape[1]):
+                    raise IndexStateError(f"the model returned {key} of shape {arr.shape} for {len(positions)} tickets")
+                if not np.isfinite(arr).all():
+                    raise IndexStateError(f"the model produced non-finite {key} vectors; check the model, then rebuild")
+                mats[key][positions] = arr
+            if prefilter is not None:
+                prefilter.index(tickets, progress=False)
+            bar.update(len(positions))
+    finally:
+        bar.close()
+
+    reused = np.flatnonzero(reuse_src >= 0)
+    step = 65536
+    for key, mat in mats.items():
+        src_mat = prev.vectors[key] if len(reused) else None
+        for start in range(0, len(reused), step):
+            dst = reused[start : start + step]
+            mat[dst] = src_mat[reuse_src[dst]]
+        mat.flush()
+    shapes = {key: int(mat.shape[1]) for key, mat in mats.items()}
+    mats.clear()
+    return shapes

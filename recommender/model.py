@@ -1,0 +1,347 @@
+"""TicketModel: the trained bundle as the rest of the system sees it, and its artifact directory.
+
+    models/NAME/
+      config.json       format_version, version, hyperparameters, metric weights, package versions, data fingerprint
+      weights.pt        torch state_dict of the network without the word2vec table (loaded with weights_only=True)
+      vocab.json        tokens, counts, document frequencies
+      word2vec.npy      the word vectors in vocabulary order (allow_pickle=False)
+      punkt.json        Punkt parameters
+      calibrator.json   isotonic thresholds (X, y)
+      topic_vocab.json  the DocNADE vocabulary (only with the T channel)
+      docnade/          DocNADE's own config.json + weights (only with the T channel)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .calibration import Calibrator
+from .embeddings import CharVocabulary
+from .errors import ModelError
+from .records import Query, Ticket
+from .siamese import MERGED, Featurizer, ReplicatedSiameseLSTM, SiameseConfig
+from .text import STOP_WORDS, NUMBER_TOKEN, SentenceSplitter
+from .vocab import RESERVED, Vocabulary
+
+FORMAT_VERSION = 1
+EncodedBatch = dict  # dict[str, np.ndarray]: "COMP.channel" → float32 [n, d]
+_WORDS_KEY = "embedder.words.weight"  # stored in word2vec.npy, not in weights.pt
+
+
+@dataclass
+class Prepared:
+    """Texts of one side turned into component tokens and their precomputed T/S vectors (all rows)."""
+
+    tokens: list[dict[str, list[str]]]
+    extras: dict[str, np.ndarray]
+
+    def rows(self, idx: Sequence[int]) -> tuple[list[dict[str, list[str]]], dict[str, np.ndarray]]:
+        return [self.tokens[i] for i in idx], {k: v[np.asarray(idx, dtype=np.int64)] for k, v in self.extras.items()}
+
+
+def topic_documents(token_lists: Sequence[Sequence[str]], topic_vocab: Vocabulary) -> list[list[int]]:
+    """Bag-of-words documents for DocNADE: ids in the topic vocabulary (0-based, reserved ids removed); other words dropped."""
+    offset = len(RESERVED)
+    return [[topic_vocab.index[t] - offset for t in tokens if t in topic_vocab.index and topic_vocab.index[t] >= offset]
+            for tokens in token_lists]
+
+
+def build_topic_vocab(token_lists: Sequence[Sequence[str]], size: int) -> Vocabulary:
+    """The DocNADE vocabulary: the `size` most frequent content words (no stop words, masks or 1-letter tokens)."""
+    content = [[t for t in tokens if t not in STOP_WORDS and t != NUMBER_TOKEN and len(t) > 1 and t not in RESERVED]
+               for tokens in token_lists]
+    return Vocabulary.build(content, min_count=2, max_size=size + len(RESERVED))
+
+
+def _load_docnade(path: Path):
+    try:
+        from topic_models.docnade import DocNADE
+    except ImportError as exc:
+        raise ModelError(f"this model uses the topic channel T but topic_models.docnade cannot be imported ({exc})") from exc
+    try:
+        return DocNADE.load(path)
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"cannot read the DocNADE model {path}: {exc}; retrain the model") from exc
+
+
+def _package_versions() -> dict:
+    import gensim
+    import sklearn
+
+    return {"torch": torch.__version__, "numpy": np.__version__, "gensim": gensim.__version__,
+            "scikit-learn": sklearn.__version__}
+
+
+class TicketModel:
+    """Encodes queries and tickets into channel vectors, scores pairs, calibrates; saves and loads itself."""
+
+    def __init__(self, config: SiameseConfig, vocab: Vocabulary, chars: CharVocabulary, splitter: SentenceSplitter,
+                 net: ReplicatedSiameseLSTM, calibrator: Calibrator | None = None, topic_model=None,
+                 topic_vocab: Vocabulary | None = None, meta: dict | None = None):
+        self.siamese_config = config
+        self.vocab, self.chars, self.splitter = vocab, chars, splitter
+        self.net = net
+        self.calibrator = calibrator
+        self.topic_model = topic_model
+        self.topic_vocab = topic_vocab
+        self.meta = dict(meta or {})
+        self.featurizer = Featurizer(config, vocab, chars, splitter)
+        self._version: str | None = None
+        self.net.eval()
+        if "T" in config.active_channels and (topic_model is None or topic_vocab is None):
+            raise ModelError("a model with the topic channel T needs its DocNADE model and topic vocabulary")
+
+    # -- the interface of docs/internals.md ------------------------------------------------
+    @property
+    def config(self) -> dict:
+        """The JSON config: format version, hyperparameters, metric weights, package versions, data fingerprint."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "hyperparameters": self.siamese_config.to_dict(),
+            "metric": self.metric_spec(),
+            "chars": self.chars.chars,
+            "packages": self.meta.get("packages", _package_versions()),
+            **{k: v for k, v in self.meta.items() if k != "packages"},
+        }
+
+    @property
+    def version(self) -> str:
+        """Fingerprint of the config and every learned number; the index stores it."""
+        if self._version is None:
+            self._version = self._fingerprint()
+        return self._version
+
+    def metric_spec(self) -> dict:
+        return self.net.metric_spec()
+
+    def prepare(self, items: Sequence[Query] | Sequence[Ticket], side: str, progress: bool = False) -> Prepared:
+        """Component tokens and the precomputed T and S vectors of queries (side="query") or tickets ("ticket")."""
+        make = self.featurizer.query_tokens if side == "query" else self.featurizer.ticket_tokens
+        tokens = [make(x) for x in tqdm(items, desc=f"tokenising {side}s", disable=not progress, leave=False)]
+        extras: dict[str, np.ndarray] = {}
+        comps = list(tokens[0].keys()) if tokens else (
+            self.siamese_config.query_components if side == "query" else self.siamese_config.ticket_components)
+        channels = self.siamese_config.active_channels
+        if "T" in channels:
+            for comp in comps:
+                docs = topic_documents([t[comp] for t in tokens], self.topic_vocab)
+                extras[f"{comp}.T"] = (np.asarray(self.topic_model.transform(docs), dtype=np.float32) if docs
+                                       else np.zeros((0, self.siamese_config.topics), dtype=np.float32))
+        if "S" in channels:
+            from .pretrained import get_encoder
+
+            encoder = get_encoder()
+            for comp in comps:
+                texts = [self._component_text(x, comp, side) for x in items]
+                extras[f"{comp}.S"] = encoder.encode(texts, progress=progress)
+        return Prepared(tokens, extras)
+
+    def _component_text(self, item, comp: str, side: str) -> str:
+        fields = {"SUB": item.subject, "DESC": item.description, "SOL": getattr(item, "solution", "") or ""}
+        if comp == MERGED:
+            parts = self.siamese_config.merged_query if side == "query" else self.siamese_config.merged_ticket
+            return "\n".join(fields[p] for p in parts if fields.get(p))
+        return fields[comp]
+
+    def encode_prepared(self, prepared: Prepared, batch_size: int = 64, progress: bool = False) -> EncodedBatch:
+        """Channel vectors of prepared texts, in batches, without gradients."""
+        self._ensure_inference()
+        n = len(prepared.tokens)
+        parts: list[dict[str, np.ndarray]] = []
+        with torch.no_grad():
+            for start in tqdm(range(0, n, batch_size), desc="encoding", disable=not progress, leave=False):
+                tokens, extras = prepared.rows(range(start, min(n, start + batch_size)))
+                out = self.net.encode(self.featurizer.batch(tokens, extras))
+                parts.append({k: v.numpy().astype(np.float32) for k, v in out.items()})
+        if not parts:
+            return {}
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    def encode_queries(self, queries: Sequence[Query], batch_size: int = 64, progress: bool = False) -> EncodedBatch:
+        """EncodedBatch of queries: "SUB.h", "DESC.E", ... (only the components and channels the model uses)."""
+        return self.encode_prepared(self.prepare(queries, "query", progress), batch_size, progress)
+
+    def encode_tickets(self, tickets: Sequence[Ticket], batch_size: int = 64, progress: bool = False) -> EncodedBatch:
+        """EncodedBatch of tickets: "SUB.h", "SOL.E", ... (computed once, at index time)."""
+        return self.encode_prepared(self.prepare(tickets, "ticket", progress), batch_size, progress)
+
+    def score_encoded(self, q: EncodedBatch, t: EncodedBatch, bm25_ratio: np.ndarray | None = None) -> np.ndarray:
+        """g for aligned rows of already encoded queries and tickets."""
+        with torch.no_grad():
+            qt = {k: torch.from_numpy(v) for k, v in q.items()}
+            tt = {k: torch.from_numpy(v) for k, v in t.items()}
+            ratio = None if bm25_ratio is None else torch.as_tensor(np.asarray(bm25_ratio, dtype=np.float32))
+            return self.net.similarity(qt, tt, ratio).numpy().astype(np.float64)
+
+    def score_pairs(self, queries: Sequence[Query], tickets: Sequence[Ticket], bm25=None) -> np.ndarray:
+        """g ∈ (0, 1] for aligned (query, ticket) pairs — the model's forward pass.
+
+        `bm25` are raw BM25 scores of the pairs; each is divided by the largest score among the pairs of
+        the same query (same id, or same text when ids are missing), the candidate set of that query.
+        Without `bm25` the lexical term is left out.
+        """
+        if len(queries) != len(tickets):
+            raise ValueError("score_pairs needs as many queries as tickets (aligned pairs)")
+        ratio = None if bm25 is None else bm25_ratios([query_group(q) for q in queries], bm25)
+        return self.score_encoded(self.encode_queries(queries), self.encode_tickets(tickets), ratio)
+
+    def calibrate(self, g: np.ndarray) -> np.ndarray:
+        """Calibrated 1–5 scores of raw similarities g."""
+        if self.calibrator is None:
+            raise ModelError("this model has no calibrator; retrain it with ticketrec train")
+        return self.calibrator(np.asarray(g, dtype=np.float64))
+
+    def topic_words(self, k: int = 10) -> list[list[str]]:
+        """The k top words of every DocNADE topic ([] when the model has no topic channel)."""
+        if self.topic_model is None:
+            return []
+        offset = len(RESERVED)
+        return [[self.topic_vocab.tokens[int(i) + offset] for i in ids] for ids in self.topic_model.top_words(k)]
+
+    def top_topics(self, ticket_vecs: EncodedBatch, row: int, n: int = 3) -> list[dict]:
+        """The n strongest topics of ticket `row` (mean of its components' T vectors) with their top words."""
+        keys = [k for k in ticket_vecs if k.endswith(".T")]
+        if not keys or self.topic_model is None:
+            return []
+        vec = np.mean([ticket_vecs[k][row] for k in keys], axis=0)
+        words = self.topic_words(5)
+        best = np.argsort(-vec, kind="stable")[:n]
+        return [{"id": int(i), "weight": float(vec[i]), "words": words[i] if i < len(words) else []} for i in best]
+
+    # -- persistence -----------------------------------------------------------------------
+    def _state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self.net.state_dict().items() if k != _WORDS_KEY}
+
+    def _fingerprint(self) -> str:
+        h = hashlib.sha256()
+        cfg = {k: v for k, v in self.config.items() if k not in ("version", "packages", "training")}  # reports are not parameters
+        h.update(json.dumps(cfg, sort_keys=True).encode())
+        for name, tensor in sorted(self.net.state_dict().items()):
+            h.update(name.encode())
+            h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        if self.calibrator is not None:
+            h.update(json.dumps(self.calibrator.to_dict()).encode())
+        return h.hexdigest()[:16]
+
+    def _ensure_inference(self) -> None:
+        if self.net.training or (self.net.embedder.chars is not None and self.net.embedder._char_cache is None):
+            self.net.eval()
+            self.net.embedder.cache_chars(self.vocab, self.chars)
+
+    def invalidate(self) -> None:
+        """Forget the cached version and char vectors (after the network was changed in place)."""
+        self._version = None
+        self.net.embedder._char_cache = None
+
+    def save(self, path: str | Path) -> None:
+        """Write the artifact directory atomically: into a temporary sibling, then one rename over `path`."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        try:
+            config = self.config
+            config["version"] = self.version
+            (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
+            torch.save(self._state_dict(), tmp / "weights.pt")
+            self.vocab.save(tmp / "vocab.json")
+            np.save(tmp / "word2vec.npy", self.net.embedder.words.weight.detach().cpu().numpy().astype(np.float32),
+                    allow_pickle=False)
+            self.splitter.save(tmp / "punkt.json")
+            if self.calibrator is not None:
+                self.calibrator.save(tmp / "calibrator.json")
+            if self.topic_model is not None:
+                self.topic_vocab.save(tmp / "topic_vocab.json")
+                self.topic_model.save(tmp / "docnade")
+            old = None
+            if path.exists():
+                old = path.with_name(f".{path.name}.old-{os.getpid()}")
+                os.replace(path, old)
+            os.replace(tmp, path)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TicketModel":
+        """Read an artifact directory; a missing, corrupt or foreign-version file raises ModelError naming it."""
+        path = Path(path)
+        if not path.is_dir():
+            raise ModelError(f"no model at {path}; train one with: ticketrec train --train FILE --out {path}")
+        cfg_file = path / "config.json"
+        try:
+            config = json.loads(cfg_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot read {cfg_file}: {exc}; retrain the model") from exc
+        if not isinstance(config, dict) or config.get("format_version") != FORMAT_VERSION:
+            got = config.get("format_version") if isinstance(config, dict) else None
+            raise ModelError(f"{cfg_file} has format version {got!r}, this ticketrec reads {FORMAT_VERSION}; "
+                             "retrain the model with this version")
+        try:
+            sconfig = SiameseConfig.from_dict(config["hyperparameters"])
+            chars = CharVocabulary(config["chars"])
+            metric = config["metric"]
+        except Exception as exc:
+            raise ModelError(f"{cfg_file} is incomplete or corrupt ({exc}); retrain the model") from exc
+        vocab = Vocabulary.load(path / "vocab.json")
+        w2v_file = path / "word2vec.npy"
+        try:
+            vectors = np.load(w2v_file, allow_pickle=False)
+            if vectors.shape != (len(vocab), sconfig.word_dim):
+                raise ValueError(f"shape {vectors.shape}, expected {(len(vocab), sconfig.word_dim)}")
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot read the word vectors {w2v_file}: {exc}; retrain the model") from exc
+        splitter = SentenceSplitter.load(path / "punkt.json")
+        calibrator = Calibrator.load(path / "calibrator.json") if (path / "calibrator.json").exists() else None
+        net = ReplicatedSiameseLSTM(sconfig, vectors, len(chars))
+        weights_file = path / "weights.pt"
+        try:
+            state = torch.load(weights_file, map_location="cpu", weights_only=True)
+            state[_WORDS_KEY] = torch.from_numpy(vectors)
+            net.load_state_dict(state, strict=True)
+        except Exception as exc:  # torch raises RuntimeError, pickle errors, zip errors... on damaged files
+            raise ModelError(f"cannot read the network weights {weights_file}: {exc}; retrain the model") from exc
+        topic_model = topic_vocab = None
+        if "T" in sconfig.active_channels:
+            topic_vocab = Vocabulary.load(path / "topic_vocab.json")
+            topic_model = _load_docnade(path / "docnade")
+        meta = {k: v for k, v in config.items() if k not in ("format_version", "hyperparameters", "metric", "chars", "version")}
+        model = cls(sconfig, vocab, chars, splitter, net, calibrator, topic_model, topic_vocab, meta)
+        if model.metric_spec() != metric:
+            raise ModelError(f"the metric weights in {cfg_file} do not match {weights_file}; the artifact is "
+                             "inconsistent, retrain the model")
+        if config.get("version") and model.version != config["version"]:
+            raise ModelError(f"the files of {path} do not match the version in {cfg_file} "
+                             f"({model.version} != {config['version']}); the artifact is corrupt, retrain the model")
+        return model
+
+
+def query_group(query: Query) -> str:
+    """The key that groups the pairs of one query (its id, or its text when it has none)."""
+    return query.id if query.id is not None else f"{query.subject}\x1f{query.description}"
+
+
+def bm25_ratios(groups: Sequence[str], bm25) -> np.ndarray:
+    """bm25 / max bm25 within each group (0 where the group's max is 0)."""
+    bm25 = np.asarray(bm25, dtype=np.float64)
+    out = np.zeros_like(bm25)
+    keys = np.asarray(groups, dtype=object)
+    for g in set(groups):
+        rows = np.nonzero(keys == g)[0]
+        top = bm25[rows].max()
+        if top > 0:
+            out[rows] = bm25[rows] / top
+    return out

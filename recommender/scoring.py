@@ -1,0 +1,205 @@
+"""The multi-channel Manhattan metric over precomputed ticket matrices, vectorised over candidate rows.
+
+    d(q, t) = Σ_(a,b,V) V · Σ_c W_c · ‖q[a.c] − t[b.c]‖₁  +  W_bm25 · (1 − bm25(q, t) / max bm25)
+    g(q, t) = exp(−d(q, t))
+
+Exhaustive scoring is memory-bandwidth bound: every ticket matrix is read once, and each row is compared with
+all the query vectors it pairs with while it is in cache. With numba (a fused, SIMD-compiled loop) that runs
+close to the speed of a plain `numpy.sum` over the same matrices; without numba a chunked numpy path gives the
+same numbers, more slowly.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+EncodedBatch = Mapping[str, np.ndarray]
+
+#: Rows per block on the numpy path (bounds the temporary buffers to a few MB).
+CHUNK_ROWS = 2048
+
+try:  # the fast path; numba is optional, the numpy path below is the reference
+    import numba
+
+    @numba.njit(fastmath=True, nogil=True, cache=True)
+    def _l1_all(mat, queries, weights, out):  # pragma: no cover - compiled
+        n, d = mat.shape
+        for i in range(n):
+            total = np.float32(0.0)
+            for k in range(queries.shape[0]):
+                acc = np.float32(0.0)
+                for j in range(d):
+                    acc += abs(mat[i, j] - queries[k, j])
+                total += weights[k] * acc
+            out[i] += total
+
+    @numba.njit(fastmath=True, nogil=True, cache=True)
+    def _l1_rows(mat, rows, queries, weights, out):  # pragma: no cover - compiled
+        d = mat.shape[1]
+        for i in range(rows.shape[0]):
+            r = rows[i]
+            total = np.float32(0.0)
+            for k in range(queries.shape[0]):
+                acc = np.float32(0.0)
+                for j in range(d):
+                    acc += abs(mat[r, j] - queries[k, j])
+                total += weights[k] * acc
+            out[i] += total
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - depends on the environment
+    HAVE_NUMBA = False
+
+
+def metric_plan(spec: dict, query_vecs: EncodedBatch, ticket_keys) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Group the metric by ticket matrix: ticket key → (query vectors [m, d] float32, weights V·W_c [m]).
+
+    Raises ValueError when the spec names a channel the query or the tickets lack.
+    """
+    ticket_keys = set(ticket_keys)
+    grouped: dict[str, list[tuple[np.ndarray, float]]] = {}
+    for a, b, v in spec["pairs"]:
+        for channel, w in spec["channels"].items():
+            weight = float(v) * float(w)
+            if weight == 0.0:
+                continue
+            qkey, tkey = f"{a}.{channel}", f"{b}.{channel}"
+            if qkey not in query_vecs:
+                raise ValueError(f"the query vectors lack {qkey!r}, which the metric uses")
+            if tkey not in ticket_keys:
+                raise ValueError(f"the ticket vectors lack {tkey!r}, which the metric uses")
+            q = np.asarray(query_vecs[qkey], dtype=np.float32)
+            if q.ndim == 2:
+                if q.shape[0] != 1:
+                    raise ValueError(f"score_candidates scores one query; {qkey!r} has {q.shape[0]} rows")
+                q = q[0]
+            grouped.setdefault(tkey, []).append((q, weight))
+    return {
+        key: (np.ascontiguousarray(np.stack([q for q, _ in items])), np.array([w for _, w in items], np.float32))
+        for key, items in grouped.items()
+    }
+
+
+def _distances_numpy(mat: np.ndarray, rows: np.ndarray | None, queries: np.ndarray, weights: np.ndarray,
+                     out: np.ndarray) -> None:
+    m = out.shape[0]
+    buf = np.empty((min(CHUNK_ROWS, max(m, 1)), mat.shape[1]), np.float32)
+    for start in range(0, m, CHUNK_ROWS):
+        stop = min(m, start + CHUNK_ROWS)
+        block = mat[start:stop] if rows is None else mat[rows[start:stop]]
+        b = buf[: stop - start]
+        for q, w in zip(queries, weights):
+            np.subtract(block, q, out=b, dtype=np.float32, casting="unsafe")
+            np.abs(b, out=b)
+            out[start:stop] += w * b.sum(axis=1, dtype=np.float32)
+
+
+def _distances_numba(mat: np.ndarray, rows: np.ndarray | None, queries: np.ndarray, weights: np.ndarray,
+                     out: np.ndarray) -> None:
+    arr = np.asarray(mat)  # a memmap becomes a plain ndarray view (no copy)
+    if arr.dtype != np.float32 or not arr.flags.c_contiguous:
+        # float16 indexes: widen block by block so memory stays bounded
+        m = out.shape[0]
+        for start in range(0, m, CHUNK_ROWS * 8):
+            stop = min(m, start + CHUNK_ROWS * 8)
+            block = arr[start:stop] if rows is None else arr[rows[start:stop]]
+            _l1_all(np.ascontiguousarray(block, dtype=np.float32), queries, weights, out[start:stop])
+        return
+    if rows is None:
+        _l1_all(arr, queries, weights, out)
+    else:
+        _l1_rows(arr, rows, queries, weights, out)
+
+
+def distances(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np.ndarray], rows=None,
+              bm25=None, *, bm25_max: float | None = None, use_numba: bool | None = None) -> np.ndarray:
+    """d(q, t) for one query against the ticket rows `rows` (all rows when None), float32 [len(rows)]."""
+    plan = metric_plan(spec, query_vecs, ticket_vecs.keys())
+    if not plan:
+        raise ValueError("the metric spec has no pair/channel with a non-zero weight")
+    n_total = next(iter(ticket_vecs[k] for k in plan)).shape[0]
+    if rows is not None:
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= n_total):
+            raise IndexError(f"candidate rows must lie in [0, {n_total}); got {rows.min()}..{rows.max()}")
+    m = n_total if rows is None else rows.shape[0]
+    out = np.zeros(m, np.float32)
+    fast = HAVE_NUMBA if use_numba is None else (use_numba and HAVE_NUMBA)
+    kernel = _distances_numba if fast else _distances_numpy
+    for key, (queries, weights) in plan.items():
+        mat = ticket_vecs[key]
+        if mat.shape[0] != n_total:
+            raise ValueError(f"ticket matrix {key!r} has {mat.shape[0]} rows, expected {n_total}")
+        if mat.shape[1] != queries.shape[1]:
+            raise ValueError(f"{key!r}: ticket vectors are {mat.shape[1]}-d, query vectors {queries.shape[1]}-d")
+        kernel(mat, rows, queries, weights, out)
+    w_bm25 = float(spec.get("bm25", 0.0) or 0.0)
+    if w_bm25 and bm25 is not None:
+        out += w_bm25 * bm25_penalty(bm25, m, bm25_max)
+    return out
+
+
+def bm25_penalty(bm25, m: int, bm25_max: float | None = None) -> np.ndarray:
+    """1 − bm25 / max bm25 over the candidate set (1 for every ticket when no BM25 score is positive)."""
+    scores = np.asarray(bm25, dtype=np.float32)
+    if scores.shape != (m,):
+        raise ValueError(f"bm25 must have one score per candidate ({m}), got shape {scores.shape}")
+    top = float(scores.max(initial=0.0)) if bm25_max is None else float(bm25_max)
+    if top <= 0.0:
+        return np.ones(m, np.float32)
+    return (1.0 - scores / np.float32(top)).astype(np.float32)
+
+
+def score_candidates(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np.ndarray], rows=None,
+                     bm25=None, *, bm25_max: float | None = None, use_numba: bool | None = None) -> np.ndarray:
+    """g(q, t) = exp(−d(q, t)) ∈ (0, 1] for one encoded query against many ticket rows (no loop over tickets).
+
+    `rows` selects candidate rows of the ticket matrices (all when None); `bm25` gives their BM25 scores in
+    the same order, normalised by their maximum (or by `bm25_max`, when a caller scores one shard of a larger
+    candidate set). Without `bm25` the lexical term is left out, as in `TicketModel.score_pairs`.
+    """
+    d = distances(spec, query_vecs, ticket_vecs, rows, bm25, bm25_max=bm25_max, use_numba=use_numba)
+    return np.exp(-d, out=d)
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k highest scores, best first (argpartition, then a sort of only those k)."""
+    scores = np.asarray(scores)
+    n = scores.shape[0]
+    if k <= 0 or n == 0:
+        return np.empty(0, np.int64)
+    if k >= n:
+        return np.argsort(-scores, kind="stable")
+    part = np.argpartition(-scores, k - 1)[:k]
+    return part[np.argsort(-scores[part], kind="stable")]
+
+
+def rank(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np.ndarray], k: int, rows=None, bm25=None,
+         *, row_range: tuple[int, int] | None = None, bm25_max: float | None = None,
+         use_numba: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The k best tickets as (global rows, g, their bm25 or None), best first.
+
+    `rows`/`bm25`: the BM25 candidates (all rows when None). `row_range` = [start, stop) restricts scoring to
+    one shard of the index; the BM25 normalisation still uses the maximum over all candidates.
+    """
+    if rows is not None:
+        rows = np.asarray(rows, dtype=np.int64)
+        bm25 = None if bm25 is None else np.asarray(bm25, dtype=np.float32)
+        if bm25 is not None and bm25_max is None:
+            bm25_max = float(bm25.max(initial=0.0))
+        if row_range is not None:
+            keep = (rows >= row_range[0]) & (rows < row_range[1])
+            rows = rows[keep]
+            bm25 = None if bm25 is None else bm25[keep]
+        g = score_candidates(spec, query_vecs, ticket_vecs, rows, bm25, bm25_max=bm25_max, use_numba=use_numba)
+        best = top_k(g, k)
+        return rows[best], g[best], None if bm25 is None else bm25[best]
+    start, stop = (0, next(iter(ticket_vecs.values())).shape[0]) if row_range is None else row_range
+    view = {key: mat[start:stop] for key, mat in ticket_vecs.items()}
+    g = score_candidates(spec, query_vecs, view, use_numba=use_numba)
+    best = top_k(g, k)
+    return best.astype(np.int64) + start, g[best], None

@@ -1,0 +1,443 @@
+"""Training of the Replicated Siamese LSTM: MSE on (score−1)/4, Adadelta, dropout, clipping, early stopping on dev,
+the Table 2 weight grid (or learned weights), then isotonic calibration.
+
+What text the unsupervised parts (vocabulary, IDF, word2vec, Punkt, DocNADE) see: the knowledge base, i.e. every
+ticket of the training data and of the dev data (their SUB, DESC, SOL), plus the training queries (SUB, DESC).
+The dev queries and every label of the dev set stay unseen until early stopping and weight selection.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from scipy.stats import pearsonr, spearmanr
+from tqdm import tqdm
+
+from .calibration import Calibrator
+from .embeddings import CharVocabulary, align_vectors, load_word2vec, train_word2vec
+from .errors import InputError
+from .model import Prepared, TicketModel, _package_versions, build_topic_vocab, topic_documents
+from .records import Query, Ticket
+from .siamese import CHANNELS, ReplicatedSiameseLSTM, SiameseConfig
+from .store import Dataset
+from .text import STOP_WORDS, NUMBER_TOKEN, SentenceSplitter
+from .vocab import EOS, Vocabulary
+
+
+# ---------------------------------------------------------------------------------------------------
+# labelled pairs as index arrays
+# ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class PairSet:
+    """Labelled pairs over distinct queries and tickets: pair k is (queries[q[k]], tickets[t[k]]) with label y[k] (1–5)."""
+
+    queries: list[Query]
+    tickets: list[Ticket]
+    q: np.ndarray
+    t: np.ndarray
+    y: np.ndarray
+
+    @classmethod
+    def from_dataset(cls, data: Dataset, name: str) -> "PairSet":
+        qmap, tmap = data.query_map(), data.ticket_map()
+        qpos: dict[str, int] = {}
+        tpos: dict[str, int] = {}
+        q, t, y = [], [], []
+        for p in data.pairs:
+            if p.query_id not in qmap or p.ticket_id not in tmap:
+                missing = p.query_id if p.query_id not in qmap else p.ticket_id
+                raise InputError(f"the {name} data has a labelled pair that names {missing!r}, which it does not "
+                                 "contain; fix the file so every pair's query and ticket are in it")
+            q.append(qpos.setdefault(p.query_id, len(qpos)))
+            t.append(tpos.setdefault(p.ticket_id, len(tpos)))
+            y.append(float(p.score))
+        return cls([qmap[i] for i in qpos], [tmap[i] for i in tpos], np.array(q, dtype=np.int64),
+                   np.array(t, dtype=np.int64), np.array(y, dtype=np.float64))
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    @property
+    def groups(self) -> np.ndarray:
+        return self.q
+
+
+def split_queries(data: Dataset, share: float, seed: int) -> tuple[Dataset, Dataset]:
+    """A seeded held-out share of the labelled queries (with their pairs) as a dev set; the tickets stay in both."""
+    labelled = sorted({p.query_id for p in data.pairs})
+    if len(labelled) < 2:
+        raise InputError("need labelled pairs of at least 2 queries to hold some out for early stopping; pass --dev FILE")
+    rng = np.random.default_rng(seed)
+    n_dev = min(len(labelled) - 1, max(1, int(round(share * len(labelled)))))
+    dev_ids = set(rng.permutation(labelled)[:n_dev].tolist())
+    train = Dataset(data.tickets, [q for q in data.queries if q.id not in dev_ids],
+                    [p for p in data.pairs if p.query_id not in dev_ids], data.source)
+    dev = Dataset(data.tickets, [q for q in data.queries if q.id in dev_ids],
+                  [p for p in data.pairs if p.query_id in dev_ids], data.source + " (held out)")
+    return train, dev
+
+
+def dataset_fingerprint(*datasets: Dataset | None) -> str:
+    """sha256 of the training data's content (tickets, queries, pairs), order-independent."""
+    h = hashlib.sha256()
+    for data in datasets:
+        if data is None:
+            h.update(b"none")
+            continue
+        for row in sorted(json.dumps([t.id, t.subject, t.description, t.solution]) for t in data.tickets):
+            h.update(row.encode())
+        for row in sorted(json.dumps([q.id, q.subject, q.description]) for q in data.queries):
+            h.update(row.encode())
+        for row in sorted(json.dumps([p.query_id, p.ticket_id, p.score]) for p in data.pairs):
+            h.update(row.encode())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------
+# measures
+# ---------------------------------------------------------------------------------------------------
+
+class _GroupTable:
+    """Pairs laid out as a [groups, max group size] table, so MAP for many score vectors costs a few numpy calls."""
+
+    def __init__(self, groups: np.ndarray, labels: np.ndarray, relevant_min: float):
+        groups = np.asarray(groups)
+        keys, inverse, sizes = np.unique(groups, return_inverse=True, return_counts=True)
+        width = int(sizes.max()) if len(sizes) else 0
+        order = np.argsort(inverse, kind="stable")
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        col = np.arange(len(groups)) - np.repeat(starts, sizes)
+        self.rows = np.full((len(keys), width), -1, dtype=np.int64)
+        self.rows[inverse[order], col] = order
+        self.valid = self.rows >= 0
+        self.relevant = np.where(self.valid, np.asarray(labels)[self.rows] >= relevant_min, False)
+        self.n_relevant = self.relevant.sum(1)
+
+    def map(self, scores: np.ndarray) -> float:
+        s = np.where(self.valid, np.asarray(scores, dtype=np.float64)[self.rows], -np.inf)
+        order = np.argsort(-s, axis=1, kind="stable")
+        rel = np.take_along_axis(self.relevant, order, axis=1)
+        hits = np.cumsum(rel, axis=1)
+        precision = hits / np.arange(1, rel.shape[1] + 1)
+        ap = np.where(self.n_relevant > 0, (precision * rel).sum(1) / np.maximum(self.n_relevant, 1), 0.0)
+        return 100.0 * float(ap.mean()) if len(ap) else 0.0
+
+
+def mean_average_precision(groups: np.ndarray, scores: np.ndarray, labels: np.ndarray, relevant_min: float = 3.0) -> float:
+    """Rerank MAP (×100) over groups (queries): a group without any relevant pair counts 0, as SemEval's scorer does."""
+    return _GroupTable(groups, labels, relevant_min).map(scores)
+
+
+def correlations(g: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """Pearson r and Spearman ρ (0 when a side is constant)."""
+    if len(g) < 2 or np.ptp(g) == 0 or np.ptp(labels) == 0:
+        return 0.0, 0.0
+    return float(pearsonr(g, labels)[0]), float(spearmanr(g, labels)[0])
+
+
+# ---------------------------------------------------------------------------------------------------
+# BM25 feature for the lexical channel (training and evaluation; serving takes the pre-filter's score)
+# ---------------------------------------------------------------------------------------------------
+
+def _content(tokens) -> list[str]:
+    return [t for t in tokens if t not in STOP_WORDS and t != NUMBER_TOKEN and t != EOS]
+
+
+def bm25_pair_scores(query_tokens: Sequence[dict], ticket_tokens: Sequence[dict], q: np.ndarray, t: np.ndarray,
+                     k1: float = 1.2, b: float = 0.75) -> np.ndarray:
+    """Okapi BM25 of each pair: the query's SUB+DESC words against the ticket's SUB+DESC+SOL, IDF over the given tickets."""
+    docs = [Counter(_content(w for comp in tt.values() for w in comp)) for tt in ticket_tokens]
+    lengths = np.array([sum(d.values()) for d in docs], dtype=np.float64)
+    avg = lengths.mean() if len(lengths) and lengths.mean() > 0 else 1.0
+    df = Counter(w for d in docs for w in d)
+    n = len(docs)
+    out = np.zeros(len(q))
+    for k, (qi, ti) in enumerate(zip(q, t)):
+        words = set(_content(w for comp in query_tokens[qi].values() for w in comp))
+        doc = docs[ti]
+        s = 0.0
+        for w in words:
+            f = doc.get(w, 0)
+            if f:
+                idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
+                s += idf * f * (k1 + 1) / (f + k1 * (1 - b + b * lengths[ti] / avg))
+        out[k] = s
+    return out
+
+
+def _ratios(groups: np.ndarray, bm25: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(bm25)
+    for g in np.unique(groups):
+        rows = groups == g
+        top = bm25[rows].max()
+        if top > 0:
+            out[rows] = bm25[rows] / top
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# weight selection (Table 2 grid)
+# ---------------------------------------------------------------------------------------------------
+
+def select_weights(dist: np.ndarray, labels: np.ndarray, groups: np.ndarray, pairs: Sequence[Sequence],
+                   channels: Sequence[str], grid: dict, current: dict, bm25_ratio: np.ndarray | None = None,
+                   objective: str = "map", relevant_min: float = 3.0) -> tuple[dict, float]:
+    """Evaluate every combination of the grid on precomputed [N, P, C] distances (numpy) and return the best spec.
+
+    `grid` maps channel names ("h", "E", "T", "S"), "bm25" and pair keys "QUERY|TICKET" to candidate weights; a
+    weight the grid does not name keeps its value in `current` (a metric spec). The objective is rerank MAP over
+    the groups, or Pearson r of g with the labels.
+    """
+    pair_keys = [f"{a}|{b}" for a, b, *_ in pairs]
+    axes: list[tuple[str, list[float]]] = []
+    for c in channels:
+        axes.append((c, list(grid.get(c, [current["channels"][c]]))))
+    for key, (_, _, v) in zip(pair_keys, current["pairs"]):
+        axes.append((key, list(grid.get(key, [v]))))
+    use_bm25 = bm25_ratio is not None and current.get("bm25", 0) > 0
+    if use_bm25:
+        axes.append(("bm25", list(grid.get("bm25", [current["bm25"]]))))
+    best, best_score = None, -np.inf
+    names = [a for a, _ in axes]
+    table = _GroupTable(groups, labels, relevant_min)
+    lexical = (1.0 - bm25_ratio) if use_bm25 else None
+    for combo in itertools.product(*[vals for _, vals in axes]):
+        w = dict(zip(names, combo))
+        cw = np.array([w[c] for c in channels])
+        pw = np.array([w[k] for k in pair_keys])
+        if not cw.any() or not pw.any():
+            continue
+        d = np.einsum("npc,p,c->n", dist, pw, cw)
+        if use_bm25:
+            d = d + w["bm25"] * lexical
+        g = np.exp(-d)
+        score = table.map(g) if objective == "map" else correlations(g, labels)[0]
+        if score > best_score + 1e-12:
+            best, best_score = w, score
+    spec = {"pairs": [[a, b, float(best[k])] for (a, b, *_), k in zip(pairs, pair_keys)],
+            "channels": {c: float(best[c]) for c in channels},
+            "bm25": float(best["bm25"]) if use_bm25 else current.get("bm25", 0.0)}
+    return spec, float(best_score)
+
+
+# ---------------------------------------------------------------------------------------------------
+# training
+# ---------------------------------------------------------------------------------------------------
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _unsupervised_parts(config: SiameseConfig, kb_tickets: Sequence[Ticket], kb_queries: Sequence[Query], seed: int,
+                        word_vectors: str | Path | None, progress: bool):
+    """Punkt, vocabulary, char vocabulary, word vectors and DocNADE, all from the knowledge-base text."""
+    texts = [t.description for t in kb_tickets] + [t.solution for t in kb_tickets if t.solution] + \
+            [q.description for q in kb_queries]
+    splitter = SentenceSplitter.train(texts)
+    from .siamese import Featurizer
+
+    raw_featurizer = Featurizer(config, None, None, splitter)  # only tokenises
+    raws = [raw_featurizer.raw_components(t.subject, t.description, t.solution or "") for t in
+            tqdm(kb_tickets, desc="tokenising the knowledge base", disable=not progress, leave=False)]
+    raws += [raw_featurizer.raw_components(q.subject, q.description, None) for q in kb_queries]
+    documents = [tokens for r in raws for tokens in r.values()]
+    vocab = Vocabulary.build(documents, min_count=config.min_count)
+    chars = CharVocabulary.build(vocab.tokens[1:])
+    sentences: list[list[str]] = []
+    for doc in documents:
+        current: list[str] = []
+        for tok in doc:
+            if tok == EOS:
+                sentences.append(current)
+                current = []
+            else:
+                current.append(tok)
+        sentences.append(current)
+    if word_vectors is not None:
+        kv = load_word2vec(word_vectors)
+        source = str(word_vectors)
+    else:
+        if progress:
+            tqdm.write(f"word2vec {config.word_dim}-d on {sum(map(len, sentences)):,} tokens ...")
+        kv = train_word2vec(sentences, dim=config.word_dim, seed=seed, workers=1, epochs=config.w2v_epochs,
+                            window=config.w2v_window, min_count=config.min_count)
+        source = "trained on the knowledge base"
+    vectors = align_vectors(kv, vocab, config.word_dim)
+    topic_model = topic_vocab = None
+    if "T" in config.active_channels:
+        topic_model, topic_vocab = _fit_docnade(config, raws, seed, progress)
+    return splitter, vocab, chars, vectors, source, topic_model, topic_vocab
+
+
+def _fit_docnade(config: SiameseConfig, raws: list[dict], seed: int, progress: bool):
+    try:
+        from topic_models import docnade
+    except ImportError as exc:
+        raise InputError(f"the topic channel T needs topic_models.docnade, which cannot be imported ({exc}); "
+                         "use a config without T (e.g. --preset ml_cl_hE)") from exc
+    docs_tokens = [[w for comp in r.values() for w in comp] for r in raws]  # SUB+DESC+SOL per ticket ("M2")
+    topic_vocab = build_topic_vocab(docs_tokens, config.topic_vocab)
+    docs = [d for d in topic_documents(docs_tokens, topic_vocab) if d]
+    if progress:
+        tqdm.write(f"DocNADE {config.topics} topics on {len(docs)} documents, vocabulary {len(topic_vocab) - 3} ...")
+    model = docnade.fit(docs, vocab_size=len(topic_vocab) - 3, n_topics=config.topics, epochs=config.topic_epochs,
+                        seed=seed, progress=progress)
+    return model, topic_vocab
+
+
+def _encode_all(model: TicketModel, prepared: Prepared) -> dict[str, torch.Tensor]:
+    enc = model.encode_prepared(prepared, batch_size=128)
+    return {k: torch.from_numpy(v) for k, v in enc.items()}
+
+
+def _pair_distances(model: TicketModel, qp: Prepared, tp: Prepared, pairs: PairSet) -> np.ndarray:
+    """[N, P, C] channel distances of every labelled pair (queries and tickets encoded once)."""
+    q, t = _encode_all(model, qp), _encode_all(model, tp)
+    with torch.no_grad():
+        qi, ti = torch.from_numpy(pairs.q), torch.from_numpy(pairs.t)
+        return model.net.distances({k: v[qi] for k, v in q.items()}, {k: v[ti] for k, v in t.items()}).numpy()
+
+
+def _scores(model: TicketModel, dist: np.ndarray, ratio: np.ndarray | None) -> np.ndarray:
+    with torch.no_grad():
+        from .siamese import metric_distance
+
+        d = metric_distance(torch.from_numpy(dist), model.net.log_pair.exp(), model.net.log_channel.exp()).numpy()
+        if model.net.use_bm25 and ratio is not None:
+            d = d + float(model.net.log_bm25.exp()) * (1.0 - ratio)
+    return np.exp(-d).astype(np.float64)
+
+
+def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_dir: str | Path | None,
+                seed: int = 0, word_vectors: str | Path | None = None, progress: bool = True) -> TicketModel:
+    """Train, select weights, calibrate and (when `out_dir` is given) save a TicketModel; fixed seed → same model."""
+    started = time.time()
+    torch.set_num_threads(1)  # small LSTMs: one thread is as fast, and the machine is shared
+    _seed_everything(seed)
+    if not train.pairs:
+        raise InputError("the training data has no labelled pairs; import a file with (query, ticket, score) pairs")
+    held_out = dev is None
+    fit_data, dev_data = split_queries(train, config.dev_share, seed) if held_out else (train, dev)
+    train_pairs = PairSet.from_dataset(fit_data, "training")
+    dev_pairs = PairSet.from_dataset(dev_data, "dev") if dev_data.pairs else None
+
+    kb_tickets = list({t.id: t for t in list(train.tickets) + (list(dev.tickets) if dev else [])}.values())
+    splitter, vocab, chars, vectors, w2v_source, topic_model, topic_vocab = _unsupervised_parts(
+        config, kb_tickets, fit_data.queries, seed, word_vectors, progress)
+    _seed_everything(seed)
+    net = ReplicatedSiameseLSTM(config, vectors, len(chars))
+    meta = {"data_fingerprint": dataset_fingerprint(train, dev), "seed": seed, "word_vectors": w2v_source,
+            "packages": _package_versions(), "kb_text": "train tickets + train queries" + (" + dev tickets" if dev else "")}
+    model = TicketModel(config, vocab, chars, splitter, net, None, topic_model, topic_vocab, meta)
+
+    tq, tt = model.prepare(train_pairs.queries, "query", progress), model.prepare(train_pairs.tickets, "ticket", progress)
+    dq = dt = None
+    if dev_pairs is not None:
+        dq, dt = model.prepare(dev_pairs.queries, "query", progress), model.prepare(dev_pairs.tickets, "ticket", progress)
+    train_ratio = dev_ratio = None
+    if config.bm25 > 0:
+        train_ratio = _ratios(train_pairs.q, bm25_pair_scores(tq.tokens, tt.tokens, train_pairs.q, train_pairs.t))
+        if dev_pairs is not None:
+            dev_ratio = _ratios(dev_pairs.q, bm25_pair_scores(dq.tokens, dt.tokens, dev_pairs.q, dev_pairs.t))
+
+    history = _fit(model, train_pairs, tq, tt, train_ratio, dev_pairs, dq, dt, dev_ratio, seed, progress)
+
+    selection = None
+    if config.weights == "grid" and dev_pairs is not None:
+        dist = _pair_distances(model, dq, dt, dev_pairs)
+        spec, value = select_weights(dist, dev_pairs.y, dev_pairs.q, config.metric_pairs, net.channel_names,
+                                     config.grid, net.metric_spec(), dev_ratio, config.select_by, config.relevant_min)
+        net.set_weights([v for *_, v in spec["pairs"]], spec["channels"], spec["bm25"])
+        selection = {"objective": config.select_by, "value": value, "spec": spec}
+
+    model.net.eval()
+    train_g = _scores(model, _pair_distances(model, tq, tt, train_pairs), train_ratio)
+    model.calibrator = Calibrator.fit(train_g, train_pairs.y)
+    report = {"train_pairs": len(train_pairs), "dev_pairs": len(dev_pairs) if dev_pairs else 0,
+              "dev_source": "held-out training queries" if held_out else "dev file", "history": history,
+              "weight_selection": selection}
+    if dev_pairs is not None:
+        g = _scores(model, _pair_distances(model, dq, dt, dev_pairs), dev_ratio)
+        r, rho = correlations(g, dev_pairs.y)
+        report["dev"] = {"pearson": r, "spearman": rho,
+                         "mse": float(np.mean((model.calibrate(g) - dev_pairs.y) ** 2)),
+                         "map": mean_average_precision(dev_pairs.q, g, dev_pairs.y, config.relevant_min)}
+    report["wall_seconds"] = round(time.time() - started, 1)
+    model.meta["training"] = report
+    model.invalidate()
+    if out_dir is not None:
+        model.save(out_dir)
+    return model
+
+
+def _fit(model: TicketModel, pairs: PairSet, tq: Prepared, tt: Prepared, ratio, dev: PairSet | None,
+         dq: Prepared | None, dt: Prepared | None, dev_ratio, seed: int, progress: bool) -> list[dict]:
+    """The MSE loop with Adadelta (network) and Adam (learned weights), clipping and early stopping on dev Pearson r."""
+    config, net = model.siamese_config, model.net
+    params = net.network_parameters()
+    if config.epochs <= 0 or not params:
+        return []
+    opt = torch.optim.Adadelta(params, lr=config.lr)
+    wopt = torch.optim.Adam([p for p in net.weight_parameters() if p.requires_grad], lr=config.weight_lr) \
+        if config.learn_weights else None
+    target = torch.from_numpy(((pairs.y - 1.0) / 4.0).astype(np.float32))
+    rng = np.random.default_rng(seed)
+    best_state, best_r, since_best, history = None, -np.inf, 0, []
+    bar = tqdm(range(config.epochs), desc="training", disable=not progress)
+    for epoch in bar:
+        net.train()
+        order = rng.permutation(len(pairs))
+        total = 0.0
+        steps = tqdm(range(0, len(order), config.batch_size), desc=f"epoch {epoch + 1}", leave=False,
+                     disable=not progress)
+        for start in steps:
+            idx = order[start:start + config.batch_size]
+            qb = model.featurizer.batch(*tq.rows(pairs.q[idx]))
+            tb = model.featurizer.batch(*tt.rows(pairs.t[idx]))
+            r = None if ratio is None else torch.from_numpy(ratio[idx].astype(np.float32))
+            g = net(qb, tb, r)
+            loss = torch.mean((g - target[idx]) ** 2)
+            opt.zero_grad()
+            if wopt:
+                wopt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, config.clip)
+            opt.step()
+            if wopt:
+                wopt.step()
+            total += float(loss.detach()) * len(idx)
+            steps.set_postfix(loss=f"{float(loss.detach()):.4f}")
+        row = {"epoch": epoch + 1, "train_mse": total / len(order)}
+        if dev is not None:
+            model.invalidate()
+            g = _scores(model, _pair_distances(model, dq, dt, dev), dev_ratio)
+            row["dev_pearson"], row["dev_spearman"] = correlations(g, dev.y)
+            row["dev_map"] = mean_average_precision(dev.q, g, dev.y, config.relevant_min)
+            if row["dev_pearson"] > best_r:
+                best_r, since_best = row["dev_pearson"], 0
+                best_state = copy.deepcopy(net.state_dict())
+            else:
+                since_best += 1
+        history.append(row)
+        bar.set_postfix(loss=f"{row['train_mse']:.4f}", dev_r=f"{row.get('dev_pearson', float('nan')):.3f}")
+        if dev is not None and since_best >= config.patience:
+            break
+    if best_state is not None:
+        net.load_state_dict(best_state)
+    model.invalidate()
+    net.eval()
+    return history

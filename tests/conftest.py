@@ -1,0 +1,161 @@
+"""Shared pytest fixtures."""
+from pathlib import Path
+
+import pytest
+
+#: The real benchmark data beside the repository (never copied into it).
+SEMEVAL_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "semeval2016"
+
+
+@pytest.fixture
+def semeval_dir() -> Path:
+    """The SemEval-2016 Task 3 data directory; skips the test when the shared data is missing."""
+    if not (SEMEVAL_DIR / "dev.xml").exists():
+        pytest.skip(f"SemEval-2016 data not found at {SEMEVAL_DIR} (shared benchmark data is not part of the repo)")
+    return SEMEVAL_DIR
+
+
+# -- web (issue 6): a knowledge base of a few tickets and an app factory over it ---------------------------------
+@pytest.fixture
+def web_kb(tmp_path):
+    """(settings, store) over tmp_path holding 4 tickets; WEB-3 carries HTML and a script in its text."""
+    from recommender.config import Settings
+    from recommender.records import Ticket
+    from recommender.store import Dataset, Store
+
+    settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "home"), "TICKETREC_MAX_DESCRIPTION": "200"})
+    store = Store(settings.db)
+    store.import_dataset(Dataset([
+        Ticket("WEB-1", "Compressor trips on high vibration", "The compressor tripped twice at start.", "Replace bearing 2."),
+        Ticket("WEB-2", "Lube oil pressure low", "Oil pressure alarm after the filter change.", "Bleed air from the filter."),
+        Ticket("WEB-3", "<b>Valve</b> sticks", "Valve <script>alert('x')</script> sticks at 40% load.", "Clean the <i>stem</i>."),
+        Ticket("WEB-4", "Exhaust temperature spread", "Thermocouple spread above limit.", "Replace thermocouple 7."),
+    ], source="web-test"))
+    yield settings, store
+    store.close()
+
+
+@pytest.fixture
+def make_web_app(web_kb):
+    """Build the web app over `web_kb` (CSRF off unless asked); keyword arguments go into its test_config."""
+    from web import create_app
+
+    settings, _ = web_kb
+
+    def make(**config):
+        base = {"TESTING": True, "TICKETREC_SETTINGS": settings, "WTF_CSRF_ENABLED": False}
+        base.update(config)
+        return create_app(base)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def web_engine(tmp_path_factory):
+    """(settings, engine): a REAL engine over a tiny trained model and its index (24 tickets, 4 fault topics;
+    WEB-HTML carries markup and a script in its text). Trained once per session (~15 s on one core)."""
+    import random
+
+    from recommender.config import Settings
+    from recommender.engine import Recommender
+    from recommender.index import build_index
+    from recommender.records import LabeledPair, Query, Ticket
+    from recommender.siamese import SiameseConfig
+    from recommender.store import Dataset, Store
+    from recommender.training import train_model
+
+    home = tmp_path_factory.mktemp("web-home")
+    settings = Settings.from_env({"TICKETREC_HOME": str(home), "TICKETREC_CANDIDATES": "0",
+                                  "TICKETREC_MAX_DESCRIPTION": "500"})
+    rng = random.Random(6)
+    topics = {
+        "turbine": "turbine blade vibration rotor bearing shaft".split(),
+        "valve": "valve leak seal pressure actuator gasket".split(),
+        "oil": "oil lubrication filter pump temperature viscosity".split(),
+        "combustion": "combustion flame burner ignition fuel nozzle".split(),
+    }
+    names, filler = list(topics), "the unit after restart during operation was high".split()
+    tickets = []
+    for i in range(23):
+        words = topics[names[i % 4]]
+        tickets.append(Ticket(f"WEB-{i}", " ".join(rng.sample(words, 3)).capitalize(),
+                              " ".join(rng.choices(words + filler, k=20)).capitalize() + ".",
+                              f"Replaced the {' and the '.join(rng.sample(words, 2))}; checked after restart."))
+    tickets.append(Ticket("WEB-HTML", "<b>Valve</b> leak", "Valve <script>alert('x')</script> seal leak at pressure.",
+                          "Replace the <i>gasket</i> & seal."))
+    queries, pairs = [], []
+    for j in range(8):
+        topic = names[j % 4]
+        queries.append(Query(" ".join(rng.sample(topics[topic], 2)), " ".join(rng.choices(topics[topic], k=10)), id=f"q{j}"))
+        for c in rng.sample(range(23), 6):
+            pairs.append(LabeledPair(f"q{j}", f"WEB-{c}", 5.0 if names[c % 4] == topic else 1.0))
+    data = Dataset(tickets, queries, pairs, "web-tiny")
+    with Store(settings.db) as store:
+        store.import_dataset(data)
+        config = SiameseConfig(hidden=8, word_dim=16, char_dim=8, char_hidden=4, topics=5, topic_vocab=200,
+                               topic_epochs=2, epochs=1, w2v_epochs=1, min_count=1)
+        model = train_model(data, None, config, settings.model, progress=False)
+        build_index(store, model, settings, progress=False)
+    return settings, Recommender(settings)
+
+
+# -- model (issue 3): a tiny labelled ticket set for fast training tests -----------------------------------------
+@pytest.fixture(scope="session")
+def tiny_tickets():
+    """A factory `make(seed, n_tickets=24, n_queries=6, per_query=4) -> Dataset`: 4 fault topics, label 5 when the
+    query's topic matches the ticket's, else 1; deterministic for a seed."""
+    import random
+
+    from recommender.records import LabeledPair, Query, Ticket
+    from recommender.store import Dataset
+
+    topics = {
+        "turbine": ["turbine", "blade", "vibration", "rotor", "bearing", "shaft"],
+        "valve": ["valve", "leak", "seal", "pressure", "actuator", "gasket"],
+        "oil": ["oil", "lubrication", "filter", "pump", "temperature", "viscosity"],
+        "combustion": ["combustion", "flame", "burner", "ignition", "fuel", "nozzle"],
+    }
+    filler = ["the", "unit", "shows", "high", "after", "restart", "during", "operation", "check", "was"]
+
+    def make(seed: int = 0, n_tickets: int = 24, n_queries: int = 6, per_query: int = 4) -> Dataset:
+        rng = random.Random(seed)
+        names = list(topics)
+
+        def text(words, n):
+            return " ".join(rng.choice(words) if rng.random() < 0.5 else rng.choice(filler) for _ in range(n))
+
+        tickets = []
+        for i in range(n_tickets):
+            words = topics[names[i % len(names)]]
+            desc = ". ".join(text(words, 8).capitalize() for _ in range(2)) + "."
+            tickets.append(Ticket(f"t{i}", text(words, 3), desc, text(words, 10) + ". Replaced part."))
+        queries, pairs = [], []
+        for j in range(n_queries):
+            topic = names[j % len(names)]
+            queries.append(Query(text(topics[topic], 3), text(topics[topic], 12) + ". Please help.", id=f"q{j}"))
+            for c in rng.sample(range(n_tickets), per_query):
+                pairs.append(LabeledPair(f"q{j}", f"t{c}", 5.0 if names[c % len(names)] == topic else 1.0))
+        return Dataset(tickets, queries, pairs, f"tiny-{seed}")
+
+    return make
+
+
+# -- serving (issue 5): one tiny trained model shared by the index, scoring, engine and Celery tests -------------
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """(model_dir, dataset): a small-dimension model (h, E, T channels and BM25) trained once per session with
+    `train_model` on a synthetic knowledge base of 80 tickets; the dataset is what it was trained on."""
+    import torch
+
+    from recommender.siamese import SiameseConfig
+    from recommender.synthetic import generate
+    from recommender.training import train_model
+
+    torch.set_num_threads(1)
+    data = generate(n_tickets=80, n_queries=12, seed=5)
+    config = SiameseConfig(hidden=8, word_dim=16, char_dim=4, char_hidden=4, topics=6, topic_vocab=80,
+                           topic_epochs=2, epochs=1, w2v_epochs=1, min_count=1,
+                           channels={"h": 0.7, "E": 0.1, "T": 0.2}, bm25=0.3)
+    out = tmp_path_factory.mktemp("serving-model") / "model"
+    train_model(data, None, config, out, seed=0, progress=False)
+    return out, data

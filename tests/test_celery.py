@@ -1,0 +1,185 @@
+"""Celery over a real Redis: shard scoring equals in-process scoring, reindex runs on a worker, a missing worker is
+answered in-process before the deadline; the beat schedule."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from recommender.config import Settings
+from recommender.errors import TicketrecError
+from recommender.records import Query, Ticket
+from recommender.store import Dataset, Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- beat schedule and app set-up (no server needed) --------------------------------------------------------------
+def test_nightly_reindex_schedule_follows_the_setting(tmp_path):
+    from workers.celery_app import create_celery
+    from workers.schedule import beat_schedule, parse_reindex_at
+
+    settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path), "TICKETREC_REINDEX_AT": "03:45",
+                                  "TICKETREC_BROKER_URL": "redis://127.0.0.1:1/0"})
+    entry = beat_schedule(settings)["nightly-reindex"]
+    assert entry["task"] == "ticketrec.reindex"
+    assert entry["schedule"].hour == {3} and entry["schedule"].minute == {45}
+    assert parse_reindex_at("0:05") == (0, 5)
+    for bad in ("25:00", "3.45", "", "noon"):
+        with pytest.raises(TicketrecError, match="TICKETREC_REINDEX_AT"):
+            parse_reindex_at(bad)
+    app = create_celery(settings)
+    assert app.conf.broker_url == app.conf.result_backend == "redis://127.0.0.1:1/0"
+    assert app.conf.beat_schedule["nightly-reindex"]["schedule"].hour == {3}
+    assert {"ticketrec.score_shard", "ticketrec.reindex", "ticketrec.train"} <= set(app.tasks)
+
+
+def test_worker_and_beat_need_a_broker_url(tmp_path):
+    runner = CliRunner()
+    for command in ("worker", "beat"):
+        out = runner.invoke(__import__("recommender.cli").cli.main, [command], env={"TICKETREC_HOME": str(tmp_path),
+                                                                                   "TICKETREC_BROKER_URL": ""})
+        assert out.exit_code == 1 and "TICKETREC_BROKER_URL" in out.output
+
+
+# -- real Redis and a real worker ----------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    """A private redis-server on 127.0.0.1 (no persistence), killed at teardown."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed (`make test` installs it: apt-get install redis-server)")
+    port = _free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("redis-server did not start")
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory, tiny_model):
+    """(env, settings) of a home with the tiny knowledge base indexed."""
+    from recommender.index import build_index
+    from recommender.model import TicketModel
+
+    base = tmp_path_factory.mktemp("celery-home")
+    env = {"TICKETREC_HOME": str(base / "home"), "TICKETREC_MODEL": str(tiny_model[0]),
+           "TICKETREC_CANDIDATES": "20", "TICKETREC_SHARDS": "2", "TICKETREC_QUERY_DEADLINE": "20"}
+    settings = Settings.from_env(env)
+    with Store(settings.db) as store:
+        store.import_dataset(Dataset(tiny_model[1].tickets, source="kb"))
+        build_index(store, TicketModel.load(tiny_model[0]), settings, progress=False)
+    return env, settings
+
+
+@pytest.fixture(scope="module")
+def worker(redis_url, home, tmp_path_factory):
+    """`ticketrec worker --concurrency 2` as a subprocess against the private Redis; its broker URL."""
+    env_home, _ = home
+    env = {**os.environ, **env_home, "TICKETREC_BROKER_URL": redis_url, "PYTHONPATH": str(ROOT)}
+    log = (tmp_path_factory.mktemp("worker") / "worker.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "recommender.cli", "worker", "--concurrency", "2",
+                             "--loglevel", "info", "--hostname", f"test{os.getpid()}@%h"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    from recommender.distributed import celery_client
+
+    client = celery_client(redis_url)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        if client.control.ping(timeout=0.5):
+            break
+    else:
+        proc.kill()
+        log.close()
+        pytest.fail(f"the Celery worker did not come up; see {log.name}")
+    yield redis_url
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+
+
+def _engines(home, broker_url, **changes):
+    from recommender.engine import Recommender
+
+    _, settings = home
+    local = Recommender(settings.replace(**changes))
+    remote = Recommender(settings.replace(broker_url=broker_url, **changes))
+    return local, remote
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("candidates", [0, 20])
+def test_scores_through_workers_equal_in_process_scores(home, worker, tiny_model, candidates):
+    local, remote = _engines(home, worker, candidates=candidates)
+    for q in tiny_model[1].queries[:3]:
+        query = Query(q.subject, q.description)
+        expected = local.recommend(query, k=6)
+        got = remote.recommend(query, k=6)
+        assert remote.last_info["mode"] == "celery", remote.last_info
+        assert [r.ticket.id for r in got] == [r.ticket.id for r in expected]
+        assert [r.raw_score for r in got] == pytest.approx([r.raw_score for r in expected], abs=1e-6)
+        assert [r.bm25 for r in got] == [r.bm25 for r in expected]
+
+
+@pytest.mark.integration
+def test_a_queue_without_workers_is_answered_in_process_by_the_deadline(home, worker, tiny_model):
+    lonely = worker.rsplit("/", 1)[0] + "/5"  # same Redis, a database no worker listens on
+    local, remote = _engines(home, lonely, query_deadline=0.5)
+    query = Query(tiny_model[1].queries[0].subject, tiny_model[1].queries[0].description)
+    started = time.monotonic()
+    got = remote.recommend(query, k=4)
+    assert time.monotonic() - started < 15
+    assert remote.last_info["mode"] == "in-process" and "deadline" in remote.last_info["fallback_reason"]
+    assert [r.ticket.id for r in got] == [r.ticket.id for r in local.recommend(query, k=4)]
+
+
+@pytest.mark.integration
+def test_reindex_runs_on_a_worker_and_the_engine_follows(home, worker):
+    from recommender.index import current_version
+
+    env, settings = home
+    before = current_version(settings)
+    with Store(settings.db) as store:
+        store.import_dataset(Dataset([Ticket("CEL-1", "Hydraulic accumulator", "The hydraulic accumulator loses "
+                                             "nitrogen precharge overnight.", "Recharge and replace the bladder.")],
+                                     source="new"))
+    out = CliRunner().invoke(__import__("recommender.cli").cli.main, ["reindex"],
+                             env={**env, "TICKETREC_BROKER_URL": worker})
+    assert out.exit_code == 0, out.output
+    info = json.loads(out.output)
+    assert info["version"] != before and info["encoded"] == 1 and info["n_tickets"] == 81
+    assert current_version(settings) == info["version"]
+    _, remote = _engines(home, worker)
+    results = remote.recommend(Query("hydraulic accumulator", "accumulator loses nitrogen precharge"), k=3)
+    assert remote.last_info["mode"] == "celery" and remote.last_info["index_version"] == info["version"]
+    assert "CEL-1" in [r.ticket.id for r in results]

@@ -1,0 +1,93 @@
+"""The knowledge-base CLI: `ticketrec import`, `synth`, `stats`, through click's CliRunner over a temp home."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from recommender.cli import main
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    """run(*args) -> click Result, with TICKETREC_HOME and TICKETREC_DB inside tmp_path."""
+    monkeypatch.setenv("TICKETREC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TICKETREC_DB", str(tmp_path / "home" / "kb.sqlite3"))
+    runner = CliRunner()
+
+    def run(*args):
+        return runner.invoke(main, [str(a) for a in args])
+
+    return run
+
+
+def stats(cli) -> dict:
+    result = cli("stats", "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_synth_import_stats(cli, tmp_path):
+    out = tmp_path / "kb.jsonl"
+    result = cli("synth", "--tickets", 60, "--queries", 6, "--seed", 4, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "wrote 60 tickets, 6 queries" in result.output and out.exists()
+    result = cli("import", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "imported 60 tickets, 6 queries" in result.output
+    counts = stats(cli)
+    assert counts["tickets"] == 60 and counts["queries"] == 6 and counts["pairs"] > 6 and counts["feedback"] == 0
+    plain = cli("stats")
+    assert plain.exit_code == 0 and "tickets   60" in plain.output
+
+
+def test_synth_is_deterministic(cli, tmp_path):
+    for name in ("a", "b"):
+        assert cli("synth", "--tickets", 20, "--queries", 2, "--seed", 1, "--out", tmp_path / f"{name}.jsonl").exit_code == 0
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_broken_file_leaves_counts_unchanged_and_prints_one_line(cli, tmp_path):
+    good = tmp_path / "kb.jsonl"
+    assert cli("synth", "--tickets", 30, "--queries", 3, "--out", good).exit_code == 0
+    assert cli("import", good, "--quiet").exit_code == 0
+    before = stats(cli)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"type": "ticket", "id": "NEW-1", "subject": "a", "description": "b", "solution": "c"}\n'
+                      '{"type": "pair", "query_id": "Q00001", "ticket_id": "NEW-1", "label": "PERHAPS"}\n',
+                      encoding="utf-8")
+    result = cli("import", broken, "--quiet")
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "line 2" in lines[0] and "unknown label" in lines[0]
+    assert "Traceback" not in result.output
+    assert stats(cli) == before
+
+
+def test_pairs_may_refer_to_tickets_already_imported(cli, tmp_path):
+    (tmp_path / "t.csv").write_text("id,subject,description,solution\nT1,Pump noise,Rattling,Replace bearing\n",
+                                    encoding="utf-8")
+    (tmp_path / "p.csv").write_text("query_id,query_subject,query_description,ticket_id,label\nQ1,noise,pump,T1,YES\n",
+                                    encoding="utf-8")
+    assert cli("import", tmp_path / "t.csv", "--quiet").exit_code == 0
+    result = cli("import", tmp_path / "p.csv", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert stats(cli)["pairs"] == 1
+
+
+def test_import_errors(cli, tmp_path):
+    (tmp_path / "notes.txt").write_text("hello", encoding="utf-8")
+    result = cli("import", tmp_path / "notes.txt")
+    assert result.exit_code == 1 and "--format" in result.output
+    result = cli("import", tmp_path / "missing.jsonl")
+    assert result.exit_code == 1 and "does not exist" in result.output
+    result = cli("import", tmp_path / "notes.txt", "--format", "csv")
+    assert result.exit_code == 1 and "unrecognised header" in result.output
+    assert cli("import").exit_code != 0  # no FILE: click's usage error
+
+
+def test_import_semeval_dev(cli, semeval_dir):
+    result = cli("import", semeval_dir / "dev.xml", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert stats(cli) == {"tickets": 500, "queries": 50, "pairs": 500, "feedback": 0}

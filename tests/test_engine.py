@@ -1,0 +1,191 @@
+"""The engine: validation, exhaustive and pre-filtered answers equal the model's own scores, explanations, the CLI,
+following a new index version, and a dead broker answered in-process."""
+import json
+import logging
+import socket
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from recommender.cli import main
+from recommender.config import Settings
+from recommender.engine import Recommender, shared_terms
+from recommender.errors import IndexStateError, InputError
+from recommender.index import build_index, current_version
+from recommender.records import Query, Ticket
+from recommender.store import Dataset, Store
+from recommender.text import content_words, tokenize
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model):
+    from recommender.model import TicketModel
+
+    return TicketModel.load(tiny_model[0])
+
+
+@pytest.fixture
+def served(tmp_path, tiny_model, model):
+    """(settings, store) of a home with the tiny knowledge base indexed."""
+    env = {"TICKETREC_HOME": str(tmp_path / "home"), "TICKETREC_MODEL": str(tiny_model[0]),
+           "TICKETREC_MAX_DESCRIPTION": "500", "TICKETREC_CANDIDATES": "20"}
+    settings = Settings.from_env(env)
+    store = Store(settings.db)
+    store.import_dataset(Dataset(tiny_model[1].tickets, source="kb"))
+    build_index(store, model, settings, progress=False)
+    yield settings, store, env
+    store.close()
+
+
+def a_query(tiny_model) -> Query:
+    q = tiny_model[1].queries[0]
+    return Query(q.subject, q.description)
+
+
+def test_whole_index_ranking_equals_the_model_scoring_every_ticket(served, model, tiny_model):
+    settings, store, _ = served
+    engine = Recommender(settings.replace(candidates=0), store=store, model=model)
+    query = a_query(tiny_model)
+    results = engine.recommend(query, k=7)
+    tickets = store.get_tickets(store.ticket_ids())
+    g = model.score_pairs([query] * len(tickets), tickets)
+    order = np.argsort(-g, kind="stable")[:7]
+    assert [r.ticket.id for r in results] == [tickets[i].id for i in order]
+    np.testing.assert_allclose([r.raw_score for r in results], g[order], atol=1e-5)
+    assert [r.rank for r in results] == list(range(1, 8))
+    np.testing.assert_allclose([r.score for r in results], model.calibrate(g[order]), atol=1e-4)
+    assert all(1.0 <= r.score <= 5.0 for r in results)
+    assert engine.last_info["mode"] == "in-process" and engine.last_info["candidates"] is None
+
+
+def test_prefiltered_answers_score_only_bm25_candidates(served, model, tiny_model):
+    from recommender.prefilter import make_prefilter
+
+    settings, store, _ = served
+    engine = Recommender(settings, store=store, model=model)
+    query = a_query(tiny_model)
+    results = engine.recommend(query, k=5)
+    hits = make_prefilter(settings, store).candidates(f"{query.subject}\n{query.description}", 20)
+    bm25 = dict(hits)
+    assert 0 < len(hits) <= 20 and engine.last_info["candidates"] == len(hits)
+    assert {r.ticket.id for r in results} <= set(bm25)
+    cands = store.get_tickets([tid for tid, _ in hits])
+    g = model.score_pairs([query] * len(cands), cands, bm25=[bm25[t.id] for t in cands])
+    best = np.argsort(-g, kind="stable")[:5]
+    assert [r.ticket.id for r in results] == [cands[i].id for i in best]
+    np.testing.assert_allclose([r.raw_score for r in results], g[best], atol=1e-5)
+    for r in results:
+        assert r.bm25 == pytest.approx(bm25[r.ticket.id], rel=1e-6)
+
+
+def test_each_recommendation_explains_itself(served, model, tiny_model):
+    settings, store, _ = served
+    query = a_query(tiny_model)
+    results = Recommender(settings, store=store, model=model).recommend(query, k=3)
+    qwords = set(content_words(tokenize(f"{query.subject} {query.description}")))
+    for r in results:
+        t = r.ticket
+        twords = set(content_words(tokenize(f"{t.subject} {t.description} {t.solution}")))
+        assert set(r.shared_terms) == qwords & twords
+        assert len(r.topics) == 3 and all({"id", "weight", "words"} <= set(tp) for tp in r.topics)
+        assert t.solution  # the ticket comes from the store, solution included
+    d = results[0].to_dict()
+    json.dumps(d)
+    assert d["rank"] == 1 and d["ticket"]["id"] == results[0].ticket.id
+
+
+def test_shared_terms_keep_query_order_without_stop_words():
+    q = Query("Turbine vibration", "The turbine shows vibration at the bearing")
+    t = Ticket("x", "bearing wear", "vibration on the bearing", "replace the bearing")
+    assert shared_terms(q, t) == ["vibration", "bearing"]
+
+
+def test_bad_queries_get_clear_errors(served, model):
+    settings, store, _ = served
+    engine = Recommender(settings, store=store, model=model)
+    with pytest.raises(InputError, match="empty"):
+        engine.recommend(Query("  ", "\n"))
+    with pytest.raises(InputError, match="500"):
+        engine.recommend(Query("pump", "x" * 501))
+    with pytest.raises(InputError, match="words"):
+        engine.recommend(Query("?!", "..."))
+    with pytest.raises(InputError, match="k must"):
+        engine.recommend(Query("pump", "oil pump noise"), k=0)
+
+
+def test_no_index_or_another_models_index_is_an_index_state_error(tmp_path, tiny_model, model, served):
+    settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "empty"), "TICKETREC_MODEL": str(tiny_model[0])})
+    with pytest.raises(IndexStateError, match="ticketrec index"):
+        Recommender(settings, model=model).recommend(Query("pump", "oil pump noise"))
+    served_settings, store, _ = served
+    stale = Recommender(served_settings, store=store, model=model)
+    stale.index.manifest["model_version"] = "0000000000000000"  # as if the index came from another model
+    with pytest.raises(IndexStateError, match="rebuild the index"):
+        stale.recommend(Query("pump", "oil pump noise"))
+
+
+def test_the_engine_follows_a_new_index_version(served, model):
+    settings, store, _ = served
+    engine = Recommender(settings, store=store, model=model)
+    before = engine.index_version
+    store.import_dataset(Dataset([Ticket("NEW-9", "Gearbox whine", "A loud gearbox whine at full load.",
+                                         "Realign the coupling.")], source="new"))
+    after = build_index(store, model, settings, progress=False)
+    assert after != before
+    results = engine.recommend(Query("gearbox whine", "loud whine from the gearbox at full load"), k=3)
+    assert engine.last_info["index_version"] == after
+    assert "NEW-9" in [r.ticket.id for r in results]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_dead_broker_is_answered_in_process_and_logged(served, model, tiny_model, caplog):
+    settings, store, _ = served
+    query = a_query(tiny_model)
+    expected = Recommender(settings, store=store, model=model).recommend(query, k=5)
+    dead = settings.replace(broker_url=f"redis://127.0.0.1:{_free_port()}/0", query_deadline=3.0)
+    engine = Recommender(dead, store=store, model=model)
+    with caplog.at_level(logging.WARNING, logger="recommender.engine"):
+        results = engine.recommend(query, k=5)
+    assert [r.ticket.id for r in results] == [r.ticket.id for r in expected]
+    assert engine.last_info["mode"] == "in-process" and engine.last_info["fallback_reason"]
+    assert any("answering in-process" in rec.getMessage() for rec in caplog.records)
+    # within the back-off the broker is not tried again, the reason still says why
+    engine.recommend(query, k=5)
+    assert "retrying" in engine.last_info["fallback_reason"]
+
+
+def test_cli_recommend_prints_json_and_text(served):
+    settings, store, env = served
+    runner = CliRunner()
+    out = runner.invoke(main, ["recommend", "--subject", "oil pressure", "--description",
+                               "low oil pressure on the lube pump", "-k", "4", "--json"], env=env)
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert len(data["results"]) == 4 and [r["rank"] for r in data["results"]] == [1, 2, 3, 4]
+    assert {"score", "raw_score", "bm25", "shared_terms", "topics", "ticket"} <= set(data["results"][0])
+    text = runner.invoke(main, ["recommend", "--subject", "oil pressure", "--description", "low oil pressure"], env=env)
+    assert text.exit_code == 0 and "solution:" in text.output
+    empty = runner.invoke(main, ["recommend"], env=env)
+    assert empty.exit_code == 1 and "empty" in empty.output and "Traceback" not in empty.output
+
+
+def test_cli_index_builds_and_reports(tmp_path, tiny_model):
+    env = {"TICKETREC_HOME": str(tmp_path / "home"), "TICKETREC_MODEL": str(tiny_model[0])}
+    runner = CliRunner()
+    missing = runner.invoke(main, ["recommend", "--subject", "pump"], env=env)
+    assert missing.exit_code == 1 and "ticketrec index" in missing.output
+    with Store(tmp_path / "home" / "ticketrec.sqlite3") as store:
+        store.import_dataset(Dataset(tiny_model[1].tickets, source="kb"))
+    out = runner.invoke(main, ["index"], env=env)
+    assert out.exit_code == 0, out.output
+    info = json.loads(out.output[out.output.index("{"):])
+    assert info["n_tickets"] == 80 and info["encoded"] == 80
+    again = runner.invoke(main, ["reindex"], env=env)  # no broker: in-process, nothing changed
+    assert again.exit_code == 0 and json.loads(again.output[again.output.index("{"):])["version"] == info["version"]
+    assert current_version(Settings.from_env(env)) == info["version"]

@@ -1,0 +1,145 @@
+"""The vectorised metric equals the model's own forward pass; fast and reference paths agree; top k is right."""
+import numpy as np
+import pytest
+
+from recommender import scoring
+from recommender.scoring import rank, score_candidates, top_k
+
+SPEC = {
+    "pairs": [["SUB", "SUB", 0.3], ["DESC", "DESC", 0.3], ["SUB", "DESC", 0.2], ["SUB", "SOL", 0.1], ["DESC", "SOL", 0.1]],
+    "channels": {"h": 0.7, "E": 0.1, "T": 0.2},
+    "bm25": 0.5,
+}
+DIMS = {"h": 6, "E": 11, "T": 4}
+
+
+def random_vectors(n: int, components, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {f"{c}.{ch}": (rng.standard_normal((n, d)) * 0.1).astype(np.float32)
+            for c in components for ch, d in DIMS.items()}
+
+
+def reference_g(spec, q, t, bm25=None) -> np.ndarray:
+    """The formula of docs/internals.md written out plainly in float64, one ticket at a time."""
+    n = next(iter(t.values())).shape[0]
+    out = np.zeros(n)
+    for i in range(n):
+        d = 0.0
+        for a, b, v in spec["pairs"]:
+            for ch, w in spec["channels"].items():
+                d += v * w * np.abs(q[f"{a}.{ch}"][0].astype(np.float64) - t[f"{b}.{ch}"][i]).sum()
+        if bm25 is not None and spec["bm25"]:
+            d += spec["bm25"] * (1 - bm25[i] / max(bm25))
+        out[i] = np.exp(-d)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model_and_data(tiny_model):
+    from recommender.model import TicketModel
+
+    path, data = tiny_model
+    return TicketModel.load(path), data
+
+
+@pytest.mark.parametrize("use_numba", [True, False])
+def test_equals_the_model_forward_pass(model_and_data, use_numba):
+    model, data = model_and_data
+    tickets = data.tickets
+    ticket_vecs = model.encode_tickets(tickets)
+    bm25 = np.random.default_rng(0).uniform(0.0, 12.0, len(tickets))
+    for query in data.queries[:3]:
+        query_vecs = model.encode_queries([query])
+        expected = model.score_pairs([query] * len(tickets), tickets, bm25=bm25)
+        got = score_candidates(model.metric_spec(), query_vecs, ticket_vecs, bm25=bm25, use_numba=use_numba)
+        assert got.shape == (len(tickets),)
+        np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+        # a candidate subset: BM25 normalised over those candidates only, as the model does per query
+        rows = np.array([7, 2, 40, 13, 0])
+        expected_rows = model.score_pairs([query] * len(rows), [tickets[r] for r in rows], bm25=bm25[rows])
+        got_rows = score_candidates(model.metric_spec(), query_vecs, ticket_vecs, rows=rows, bm25=bm25[rows],
+                                    use_numba=use_numba)
+        np.testing.assert_allclose(got_rows, expected_rows, atol=1e-5, rtol=0)
+    # without BM25 scores the lexical term is left out, as in score_pairs
+    query = data.queries[0]
+    np.testing.assert_allclose(
+        score_candidates(model.metric_spec(), model.encode_queries([query]), ticket_vecs, use_numba=use_numba),
+        model.score_pairs([query] * len(tickets), tickets), atol=1e-5, rtol=0)
+
+
+def test_fast_and_reference_paths_agree_with_the_formula():
+    tickets = random_vectors(301, ["SUB", "DESC", "SOL"], seed=1)
+    query = {k: v[:1] for k, v in random_vectors(1, ["SUB", "DESC"], seed=2).items()}
+    bm25 = np.random.default_rng(3).uniform(0, 5, 301)
+    expected = reference_g(SPEC, query, tickets, bm25)
+    fast = score_candidates(SPEC, query, tickets, bm25=bm25, use_numba=True)
+    slow = score_candidates(SPEC, query, tickets, bm25=bm25, use_numba=False)
+    np.testing.assert_allclose(fast, expected, atol=1e-6, rtol=1e-5)
+    np.testing.assert_allclose(slow, expected, atol=1e-6, rtol=1e-5)
+    assert fast.dtype == np.float32
+    assert np.all((fast > 0) & (fast <= 1))
+
+
+def test_float16_matrices_score_close_to_float32():
+    tickets = random_vectors(50, ["SUB", "DESC", "SOL"], seed=4)
+    query = {k: v[:1] for k, v in random_vectors(1, ["SUB", "DESC"], seed=5).items()}
+    half = {k: v.astype(np.float16) for k, v in tickets.items()}
+    for use_numba in (True, False):
+        np.testing.assert_allclose(score_candidates(SPEC, query, half, use_numba=use_numba),
+                                   score_candidates(SPEC, query, tickets), rtol=2e-3)
+
+
+def test_shards_merged_equal_the_whole():
+    tickets = random_vectors(1000, ["SUB", "DESC", "SOL"], seed=6)
+    query = {k: v[:1] for k, v in random_vectors(1, ["SUB", "DESC"], seed=7).items()}
+    whole_rows, whole_g, _ = rank(SPEC, query, tickets, 10)
+    merged = []
+    for start, stop in [(0, 333), (333, 666), (666, 1000)]:
+        r, g, _ = rank(SPEC, query, tickets, 10, row_range=(start, stop))
+        assert np.all((r >= start) & (r < stop))
+        merged += list(zip(r, g))
+    merged.sort(key=lambda x: -x[1])
+    assert [int(r) for r, _ in merged[:10]] == whole_rows.tolist()
+    # candidates + BM25: each shard normalises by the maximum over all candidates
+    rows = np.random.default_rng(8).choice(1000, 200, replace=False)
+    bm25 = np.random.default_rng(9).uniform(0, 7, 200)
+    cand_rows, cand_g, cand_bm = rank(SPEC, query, tickets, 5, rows, bm25)
+    parts = []
+    for start, stop in [(0, 500), (500, 1000)]:
+        r, g, b = rank(SPEC, query, tickets, 5, rows, bm25, row_range=(start, stop), bm25_max=float(bm25.max()))
+        parts += list(zip(r, g, b))
+    parts.sort(key=lambda x: -x[1])
+    assert [int(r) for r, _, _ in parts[:5]] == cand_rows.tolist()
+    np.testing.assert_allclose([g for _, g, _ in parts[:5]], cand_g)
+    lookup = dict(zip(rows.tolist(), bm25.astype(np.float32).tolist()))
+    assert cand_bm.tolist() == [lookup[int(r)] for r in cand_rows]
+
+
+def test_top_k_is_sorted_and_handles_edges():
+    scores = np.array([0.1, 0.9, 0.5, 0.9, 0.3, 0.7])
+    assert top_k(scores, 3).tolist() == [1, 3, 5]
+    assert top_k(scores, 10).tolist() == [1, 3, 5, 2, 4, 0]
+    assert top_k(scores, 0).tolist() == []
+    assert top_k(np.array([]), 5).tolist() == []
+    big = np.random.default_rng(0).random(10_000)
+    assert top_k(big, 25).tolist() == np.argsort(-big)[:25].tolist()
+
+
+def test_bad_inputs_are_reported():
+    tickets = random_vectors(5, ["SUB", "DESC"], seed=1)  # no SOL matrices
+    query = {k: v[:1] for k, v in random_vectors(1, ["SUB", "DESC"], seed=2).items()}
+    with pytest.raises(ValueError, match="SOL"):
+        score_candidates(SPEC, query, tickets)
+    full = random_vectors(5, ["SUB", "DESC", "SOL"], seed=1)
+    with pytest.raises(IndexError, match="rows"):
+        score_candidates(SPEC, query, full, rows=[0, 9])
+    with pytest.raises(ValueError, match="bm25"):
+        score_candidates(SPEC, query, full, rows=[0, 1], bm25=[1.0])
+    two = {k: np.repeat(v, 2, axis=0) for k, v in query.items()}
+    with pytest.raises(ValueError, match="one query"):
+        score_candidates(SPEC, two, full)
+
+
+def test_numba_is_used_when_installed():
+    pytest.importorskip("numba")
+    assert scoring.HAVE_NUMBA

@@ -1,0 +1,169 @@
+"""The Replicated Siamese LSTM: shared weights, gradients into every channel, the multi-channel Manhattan metric."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from recommender.embeddings import CharVocabulary
+from recommender.errors import InputError
+from recommender.records import Query, Ticket
+from recommender.siamese import (MERGED, Featurizer, ReplicatedSiameseLSTM, SiameseConfig, TABLE2_CHANNELS,
+                                 TABLE2_PAIRS)
+from recommender.text import SentenceSplitter
+from recommender.vocab import EOS, Vocabulary
+
+TEXTS = ["Turbine blade crack found", "Valve leak at the seal. Pressure drops fast.",
+         "Oil filter clogged. Pump runs hot. Replace filter.", "Rotor vibration high after restart"]
+
+
+def build(config: SiameseConfig, seed: int = 0):
+    torch.manual_seed(seed)
+    splitter = SentenceSplitter()
+    featurizer = Featurizer(config, None, None, splitter)
+    docs = [tok for text in TEXTS for tok in featurizer.raw_components(text, text, text).values()]
+    vocab = Vocabulary.build(docs)
+    chars = CharVocabulary.build(vocab.tokens)
+    vectors = np.random.default_rng(seed).normal(size=(len(vocab), config.word_dim)).astype(np.float32)
+    net = ReplicatedSiameseLSTM(config, vectors, len(chars))
+    return net, Featurizer(config, vocab, chars, splitter)
+
+
+def small(**changes) -> SiameseConfig:
+    base = dict(word_dim=12, hidden=6, char_dim=4, char_hidden=5, dropout=0.0, channels={"h": 0.7, "E": 0.3})
+    base.update(changes)
+    return SiameseConfig(**base)
+
+
+def extras_for(n, comps, channels, seed):
+    rng = np.random.default_rng(seed)
+    dims = {"T": 7, "S": 9}
+    return {f"{c}.{ch}": rng.random((n, dims[ch])).astype(np.float32) for c in comps for ch in channels if ch in dims}
+
+
+def test_one_lstm_per_component_kind_shared_by_both_sides():
+    net, feat = build(small())
+    assert sorted(net.lstms.keys()) == ["DESC", "SOL", "SUB"]  # three LSTMs, not one per side
+    q = Query("Valve leak", "Valve leak at the seal. Pressure drops fast.")
+    t = Ticket("t", "Valve leak", "Valve leak at the seal. Pressure drops fast.", "Replace the seal.")
+    net.eval()
+    qv = net.encode(feat.batch([feat.query_tokens(q)]))
+    tv = net.encode(feat.batch([feat.ticket_tokens(t)]))
+    # same LSTM objects on both sides: equal up to float summation order (the batches hold different word sets)
+    assert torch.allclose(qv["SUB.h"], tv["SUB.h"], atol=1e-6) and torch.allclose(qv["DESC.h"], tv["DESC.h"], atol=1e-6)
+    # changing the DESC LSTM's weights moves both sides' DESC vectors
+    with torch.no_grad():
+        net.lstms["DESC"].weight_ih_l0.add_(0.5)
+    qv2 = net.encode(feat.batch([feat.query_tokens(q)]))
+    tv2 = net.encode(feat.batch([feat.ticket_tokens(t)]))
+    assert not torch.allclose(qv["DESC.h"], qv2["DESC.h"], atol=1e-3)
+    assert torch.allclose(qv2["DESC.h"], tv2["DESC.h"], atol=1e-6)
+    assert torch.allclose(qv["SUB.h"], qv2["SUB.h"], atol=1e-6)
+
+
+def test_identical_texts_score_exactly_one_and_g_falls_with_distance():
+    config = small(pairs=[["SUB", "SUB", 0.5], ["DESC", "DESC", 0.5]], channels={"h": 0.5, "E": 0.5, "T": 0.3, "S": 0.2})
+    net, feat = build(config)
+    net.eval()
+    desc = "valve leak at the seal pressure drops fast after restart"
+    words = desc.split()
+    replaced = ["turbine", "blade", "crack", "rotor", "oil", "filter", "pump", "hot", "vibration", "found"]
+    q = feat.batch([feat.query_tokens(Query("valve leak", desc))], extras_for(1, ["SUB", "DESC"], "TS", 0))
+    g = []
+    for k in (0, 2, 5, 10):
+        changed = " ".join(replaced[:k] + words[k:])
+        t = feat.batch([feat.ticket_tokens(Ticket("t", "valve leak", changed, ""))], extras_for(1, ["SUB", "DESC"], "TS", 0))
+        g.append(float(net(q, t).detach()))
+    assert g[0] == 1.0
+    assert g[0] > g[1] > g[2] > g[3] > 0
+
+
+def test_metric_matches_the_formula_with_bm25():
+    config = small(channels={"h": 0.7, "E": 0.1, "T": 0.2}, bm25=0.4)
+    net, _ = build(config)
+    rng = np.random.default_rng(1)
+    dims = {"h": 6, "E": 16, "T": 7}
+    q = {f"{c}.{ch}": torch.tensor(rng.random((2, d)), dtype=torch.float32) for c in ("SUB", "DESC") for ch, d in dims.items()}
+    t = {f"{c}.{ch}": torch.tensor(rng.random((2, d)), dtype=torch.float32)
+         for c in ("SUB", "DESC", "SOL") for ch, d in dims.items()}
+    ratio = torch.tensor([1.0, 0.25])
+    got = net.similarity(q, t, ratio)
+    for row in range(2):
+        d = sum(v * sum(TABLE2_CHANNELS[ch] * float((q[f"{a}.{ch}"][row] - t[f"{b}.{ch}"][row]).abs().sum())
+                        for ch in ("h", "E", "T")) for a, b, v in TABLE2_PAIRS)
+        d += 0.4 * (1 - float(ratio[row]))
+        assert float(got[row]) == pytest.approx(math.exp(-d), rel=1e-5)
+    spec = net.metric_spec()
+    assert spec["pairs"] == [[a, b, pytest.approx(v)] for a, b, v in TABLE2_PAIRS]
+    assert spec["channels"] == {k: pytest.approx(v) for k, v in TABLE2_CHANNELS.items()}
+    assert spec["bm25"] == pytest.approx(0.4)
+
+
+def test_gradient_flows_into_every_channel_both_lstm_kinds_and_the_char_bilstm():
+    config = small(channels={"h": 0.5, "E": 0.3, "T": 0.2, "S": 0.2}, weights="learn", bm25=0.1)
+    net, feat = build(config)
+    net.train()
+    queries = [feat.query_tokens(Query(TEXTS[i], TEXTS[i + 1])) for i in range(2)]
+    tickets = [feat.ticket_tokens(Ticket(str(i), TEXTS[i + 2], TEXTS[i], TEXTS[i + 1])) for i in range(2)]
+    g = net(feat.batch(queries, extras_for(2, ["SUB", "DESC"], "TS", 0)),
+            feat.batch(tickets, extras_for(2, ["SUB", "DESC", "SOL"], "TS", 1)), torch.tensor([1.0, 0.5]))
+    torch.mean((g - torch.tensor([1.0, 0.0])) ** 2).backward()
+    assert net.channel_names == ["h", "E", "T", "S"]
+    assert (net.log_channel.grad.abs() > 0).all()  # every channel's weight gets gradient
+    assert (net.log_pair.grad.abs() > 0).all()
+    assert net.log_bm25.grad.abs() > 0
+    for kind in ("SUB", "DESC", "SOL"):
+        assert net.lstms[kind].weight_ih_l0.grad.abs().sum() > 0
+    assert net.embedder.chars.lstm.weight_ih_l0.grad.abs().sum() > 0
+    assert net.embedder.chars.lstm.weight_ih_l0_reverse.grad.abs().sum() > 0
+    assert net.embedder.words.weight.grad is None  # word2vec frozen by default
+
+
+def test_fixed_weights_do_not_learn():
+    net, _ = build(small())
+    assert not net.log_channel.requires_grad and not net.log_pair.requires_grad
+    assert all(p.requires_grad for p in net.network_parameters())
+
+
+def test_featurizer_marks_sentence_boundaries_and_cuts_to_max_len():
+    config = small(max_len={"SUB": 2, "DESC": 5, "SOL": 100, MERGED: 200})
+    _, feat = build(config)
+    tokens = feat.ticket_tokens(Ticket("t", "valve leak at seal", "Valve leaks. Seal is worn.", "Replace seal."))
+    assert tokens["DESC"] == ["valve", "leaks", EOS, "seal", "is", "worn"]
+    batch = feat.batch([tokens])
+    assert batch.components["SUB"].lengths.tolist() == [2] and batch.components["DESC"].lengths.tolist() == [5]
+    assert batch.components["DESC"].mask.tolist() == [[1.0, 1.0, 0.0, 1.0, 1.0]]  # <eos> is not a word for E
+
+
+def test_merged_mode_uses_one_component_per_side():
+    config = SiameseConfig.preset("slstm_merged", word_dim=12, hidden=6, char_dim=4, char_hidden=5)
+    net, feat = build(config)
+    assert list(net.lstms.keys()) == [MERGED] and net.pairs == [(MERGED, MERGED)]
+    q = feat.query_tokens(Query("valve leak", "Seal worn."))
+    t = feat.ticket_tokens(Ticket("t", "valve leak", "Seal worn.", "Replace seal."))
+    assert q == {MERGED: ["valve", "leak", EOS, "seal", "worn"]}
+    assert t[MERGED][-3:] == [EOS, "replace", "seal"]
+
+
+def test_every_preset_builds_and_the_config_roundtrips_through_json():
+    for name in SiameseConfig.PRESETS:
+        config = SiameseConfig.preset(name, word_dim=12, hidden=6, char_dim=4, char_hidden=5)
+        assert SiameseConfig.from_dict(config.to_dict()) == config
+        net, _ = build(config)
+        assert set(net.metric_spec()["channels"]) == set(config.active_channels)
+    assert SiameseConfig.preset("ml_cl_hET").channels == TABLE2_CHANNELS
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"colour": 1}, "unknown config key"),
+    ({"channels": {"X": 1.0}}, "unknown channel"),
+    ({"channels": {"h": 0.0}}, "positive weight"),
+    ({"pairs": [["SOL", "SUB", 0.1]]}, "bad pair"),
+    ({"e_norm": "max"}, "e_norm"),
+    ({"weights": "magic"}, "fixed, grid or learn"),
+])
+def test_bad_configs_say_what_to_fix(changes, message):
+    with pytest.raises(InputError, match=message):
+        SiameseConfig().replace(**changes)
+    with pytest.raises(InputError, match="unknown preset"):
+        SiameseConfig.preset("best")

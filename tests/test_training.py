@@ -1,0 +1,119 @@
+"""Training: determinism, held-out dev, the Table 2 grid, learned weights, calibration, measures."""
+import numpy as np
+import pytest
+from sklearn.isotonic import IsotonicRegression
+
+from recommender.calibration import Calibrator
+from recommender.errors import InputError
+from recommender.records import LabeledPair
+from recommender.siamese import SiameseConfig
+from recommender.store import Dataset
+from recommender.training import (PairSet, bm25_pair_scores, mean_average_precision, select_weights,
+                                  split_queries, train_model)
+
+TINY = dict(word_dim=16, hidden=8, char_dim=4, char_hidden=5, epochs=2, batch_size=8, min_count=1, w2v_epochs=2,
+            channels={"h": 0.7, "E": 0.3})
+
+
+def _pairs(data):
+    qmap, tmap = data.query_map(), data.ticket_map()
+    return [qmap[p.query_id] for p in data.pairs], [tmap[p.ticket_id] for p in data.pairs]
+
+
+def test_same_seed_gives_the_same_model_and_another_seed_does_not(tiny_tickets):
+    train, dev = tiny_tickets(0), tiny_tickets(1)
+    config = SiameseConfig(**TINY)
+    a = train_model(train, dev, config, None, seed=0, progress=False)
+    b = train_model(train, dev, config, None, seed=0, progress=False)
+    c = train_model(train, dev, config, None, seed=1, progress=False)
+    qs, ts = _pairs(dev)
+    assert np.array_equal(a.score_pairs(qs, ts), b.score_pairs(qs, ts))
+    assert a.version == b.version != c.version
+    assert not np.allclose(a.score_pairs(qs, ts), c.score_pairs(qs, ts))
+    report = a.meta["training"]
+    assert [h["epoch"] for h in report["history"]] == [1, 2]
+    assert set(report["dev"]) == {"pearson", "spearman", "mse", "map"}
+    assert report["dev_source"] == "dev file"
+
+
+def test_training_learns_the_tiny_topics(tiny_tickets):
+    """h+E on 4 clearly separated topics: dev pairs of the query's topic must score above the others."""
+    train, dev = tiny_tickets(0, n_queries=12), tiny_tickets(1)
+    model = train_model(train, dev, SiameseConfig(**{**TINY, "epochs": 3}), None, seed=0, progress=False)
+    qs, ts = _pairs(dev)
+    g = model.score_pairs(qs, ts)
+    labels = np.array([p.score for p in dev.pairs])
+    assert g[labels == 5].mean() > g[labels == 1].mean()
+    assert model.meta["training"]["dev"]["pearson"] > 0.3
+
+
+def test_without_dev_a_seeded_share_of_queries_is_held_out(tiny_tickets):
+    data = tiny_tickets(0, n_queries=10)
+    train, dev = split_queries(data, 0.2, seed=5)
+    assert {p.query_id for p in train.pairs}.isdisjoint({p.query_id for p in dev.pairs})
+    assert len({p.query_id for p in dev.pairs}) == 2 and len(train.pairs) + len(dev.pairs) == len(data.pairs)
+    assert split_queries(data, 0.2, seed=5)[1].pairs == dev.pairs
+    model = train_model(data, None, SiameseConfig(**{**TINY, "epochs": 1}), None, seed=0, progress=False)
+    assert model.meta["training"]["dev_source"] == "held-out training queries"
+    assert model.meta["training"]["dev_pairs"] == 8
+
+
+def test_learned_weights_move_and_stay_positive(tiny_tickets):
+    config = SiameseConfig(**{**TINY, "weights": "learn", "weight_lr": 0.2})
+    model = train_model(tiny_tickets(0), tiny_tickets(1), config, None, seed=0, progress=False)
+    spec = model.metric_spec()
+    assert all(w > 0 for w in spec["channels"].values()) and all(v > 0 for *_, v in spec["pairs"])
+    assert spec["channels"] != pytest.approx({"h": 0.7, "E": 0.3}, abs=1e-3)
+
+
+def test_select_weights_finds_the_informative_channel():
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(10), 5)
+    labels = rng.choice([1.0, 3.0, 5.0], size=50)
+    dist = np.zeros((50, 2, 2))
+    dist[:, :, 0] = rng.random((50, 2)) * 5  # channel "h": noise
+    dist[:, :, 1] = (5 - labels)[:, None] / 2  # channel "E": distance falls with the label
+    current = {"pairs": [["SUB", "SUB", 0.5], ["DESC", "DESC", 0.5]], "channels": {"h": 0.5, "E": 0.5}, "bm25": 0.0}
+    grid = {"h": [0.0, 1.0], "E": [0.0, 1.0], "SUB|SUB": [0.3, 0.4]}
+    spec, best = select_weights(dist, labels, groups, current["pairs"], ["h", "E"], grid, current)
+    assert spec["channels"] == {"h": 0.0, "E": 1.0}
+    assert best == pytest.approx(mean_average_precision(groups, labels, labels))  # the perfect order
+    assert spec["pairs"][1] == ["DESC", "DESC", 0.5]  # not in the grid: kept
+
+
+def test_mean_average_precision_by_hand():
+    groups = np.array([0, 0, 0, 1, 1])
+    scores = np.array([0.9, 0.8, 0.1, 0.5, 0.4])
+    labels = np.array([1.0, 5.0, 3.0, 1.0, 1.0])  # query 1 has no relevant ticket: counts 0
+    ap0 = (1 / 2 + 2 / 3) / 2
+    assert mean_average_precision(groups, scores, labels) == pytest.approx(100 * ap0 / 2)
+
+
+def test_calibrator_is_sklearn_isotonic_and_roundtrips_json(tmp_path):
+    rng = np.random.default_rng(0)
+    g = rng.random(60)
+    y = np.clip(1 + 4 * g + rng.normal(0, 0.8, 60), 1, 5)
+    cal = Calibrator.fit(g, y)
+    iso = IsotonicRegression(out_of_bounds="clip", y_min=1, y_max=5).fit(g, y)
+    probe = np.linspace(-0.5, 1.5, 41)
+    assert np.allclose(cal(probe), iso.predict(probe))
+    assert cal(probe).min() >= 1 and cal(probe).max() <= 5 and np.all(np.diff(cal(probe)) >= 0)
+    cal.save(tmp_path / "c.json")
+    assert np.array_equal(Calibrator.load(tmp_path / "c.json")(probe), cal(probe))
+    assert "X_thresholds_" in (tmp_path / "c.json").read_text()
+
+
+def test_bm25_prefers_the_ticket_sharing_rare_words():
+    q = [{"SUB": ["valve", "leak"], "DESC": ["seal", "worn"]}]
+    t = [{"SUB": ["valve", "leak"], "DESC": ["seal"], "SOL": ["replace"]}, {"SUB": ["turbine"], "DESC": ["blade"], "SOL": []}]
+    s = bm25_pair_scores(q, t, np.array([0, 0]), np.array([0, 1]))
+    assert s[0] > 0 and s[1] == 0
+
+
+def test_pairs_naming_unknown_tickets_are_refused(tiny_tickets):
+    data = tiny_tickets(0)
+    broken = Dataset(data.tickets, data.queries, data.pairs + [LabeledPair("q0", "nope", 5.0)])
+    with pytest.raises(InputError, match="nope"):
+        PairSet.from_dataset(broken, "training")
+    with pytest.raises(InputError, match="no labelled pairs"):
+        train_model(Dataset(data.tickets, data.queries, []), None, SiameseConfig(**TINY), None, progress=False)

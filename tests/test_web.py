@@ -1,0 +1,250 @@
+"""The browser pages through Flask's test client: search, results, feedback, ticket, status, topics, errors."""
+import re
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from recommender.store import query_key
+from web import create_app
+from web.highlight import highlight
+
+
+def page(response) -> str:
+    return response.get_data(as_text=True)
+
+
+def cards_of(html: str) -> list[str]:
+    return re.findall(r'<article class="card".*?</article>', html, flags=re.S)
+
+
+# -- safe highlighting --------------------------------------------------------------------------------------
+def test_highlight_escapes_text_and_wraps_whole_words_only():
+    out = str(highlight("Valve <script>x</script> leaks; valves & VALVE", ["valve"]))
+    assert out == "<mark>Valve</mark> &lt;script&gt;x&lt;/script&gt; leaks; valves &amp; <mark>VALVE</mark>"
+
+
+def test_highlight_never_matches_inside_an_escape_or_injects_a_term():
+    assert str(highlight("a & b", ["amp"])) == "a &amp; b"
+    assert str(highlight("x <b> y", ["<b>"])) == "x <mark>&lt;b&gt;</mark> y"
+    assert str(highlight("<i>plain</i>", [])) == "&lt;i&gt;plain&lt;/i&gt;"
+
+
+# -- without a model: forms, errors, status -----------------------------------------------------------------
+@pytest.fixture
+def client(make_web_app):
+    return make_web_app().test_client()
+
+
+def test_search_page_has_a_csrf_protected_form(make_web_app):
+    html = page(make_web_app(WTF_CSRF_ENABLED=True).test_client().get("/"))
+    assert 'name="subject"' in html and 'name="description"' in html
+    assert re.search(r'name="csrf_token" type="hidden" value="[^"]+"', html)
+
+
+def test_a_form_without_csrf_token_is_refused(make_web_app, web_kb):
+    client = make_web_app(WTF_CSRF_ENABLED=True).test_client()
+    response = client.post("/", data={"subject": "s", "description": "d"})
+    assert response.status_code == 400 and "Reload the page" in page(response)
+    response = client.post("/feedback", data={"subject": "s", "description": "d", "choice": "YES WEB-1"})
+    assert response.status_code == 400 and web_kb[1].feedback() == []
+
+
+def test_empty_fields_get_form_errors(client):
+    response = client.post("/", data={"subject": "  ", "description": ""})
+    assert response.status_code == 400
+    html = page(response)
+    assert "Enter the ticket&#39;s subject" in html and "Enter the ticket&#39;s description" in html
+    assert not cards_of(html)
+
+
+def test_a_too_long_description_is_refused_with_the_limit(client):
+    response = client.post("/", data={"subject": "s", "description": "x" * 201})
+    assert response.status_code == 400 and "the limit is 200" in page(response)
+
+
+def test_search_without_a_model_says_what_to_do(client):
+    response = client.post("/", data={"subject": "valve", "description": "leaks"})
+    assert response.status_code == 503
+    assert "No recommendations can be served" in page(response) and "ticketrec index" in page(response)
+
+
+def test_ticket_page_shows_markup_as_text(client):
+    response = client.get("/tickets/WEB-3")
+    html = page(response)
+    assert response.status_code == 200
+    assert "Valve &lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; sticks" in html and "<script>alert" not in html
+    assert "&lt;b&gt;Valve&lt;/b&gt; sticks" in html and "Clean the &lt;i&gt;stem&lt;/i&gt;." in html
+    assert "Neighbours cannot be computed" in html
+
+
+def test_unknown_ticket_and_page_are_404_pages(client):
+    assert client.get("/tickets/NOPE").status_code == 404
+    response = client.get("/nothing-here")
+    assert response.status_code == 404 and response.content_type.startswith("text/html")
+    assert client.get("/feedback").status_code == 405
+
+
+def test_feedback_form_stores_the_judgement(client, web_kb):
+    response = client.post("/feedback", data={"subject": "valve stuck", "description": "at 40% load", "choice": "REL WEB-3"})
+    # stored even though no model can redraw the results (the page says why)
+    assert response.status_code == 503 and "Saved: ticket WEB-3 marked REL" in page(response)
+    [fb] = web_kb[1].feedback(query_key("valve stuck", "at 40% load"))
+    assert (fb.ticket_id, fb.label, fb.model_version, fb.index_version) == ("WEB-3", "REL", "", "")
+
+
+@pytest.mark.parametrize("choice, status", [("MAYBE WEB-1", 400), ("YES", 400), ("", 400), ("YES NOPE", 404)])
+def test_bad_feedback_forms_are_refused(client, web_kb, choice, status):
+    response = client.post("/feedback", data={"subject": "s", "description": "d", "choice": choice})
+    assert response.status_code == status
+    assert web_kb[1].feedback() == []
+
+
+def test_status_page_without_model_shows_the_knowledge_base(client):
+    html = page(client.get("/status"))
+    assert "No model loaded" in html and "No index loaded" in html and "in-process" in html
+    assert re.search(r"<dt>Tickets</dt><dd>4</dd>", html)
+    assert "No evaluation report yet" in html
+
+
+def test_status_page_shows_the_latest_report_and_its_plot(client, web_kb):
+    settings, _ = web_kb
+    folder = settings.home / "reports" / "run-1"
+    folder.mkdir(parents=True)
+    (folder / "report.md").write_text("# Evaluation\n\n| system | MAP |\n|---|---|\n| <b>ours</b> | 72.0 |\n")
+    (folder / "map.png").write_bytes(b"\x89PNG\r\n\x1a\nfake")
+    html = page(client.get("/status"))
+    assert "| &lt;b&gt;ours&lt;/b&gt; | 72.0 |" in html
+    assert 'src="/status/reports/run-1/map.png"' in html
+    assert client.get("/status/reports/run-1/map.png").data.startswith(b"\x89PNG")
+    assert client.get("/status/reports/run-1/report.md").status_code == 404
+    assert client.get("/status/reports/run-2/map.png").status_code == 404
+
+
+def test_topics_page_without_model_says_why(client):
+    response = client.get("/topics")
+    assert response.status_code == 503 and "No topics to show" in page(response)
+
+
+def test_an_unexpected_failure_is_a_500_page_without_traceback(make_web_app):
+    def broken_engine(settings):
+        raise RuntimeError("simulated engine crash")
+
+    response = make_web_app(TICKETREC_ENGINE_FACTORY=broken_engine).test_client().post(
+        "/", data={"subject": "s", "description": "d"})
+    assert response.status_code == 500
+    assert "Something went wrong" in page(response) and "Traceback" not in page(response) and "simulated" not in page(response)
+
+
+def test_security_headers(client):
+    headers = client.get("/").headers
+    assert "script-src 'self'" in headers["Content-Security-Policy"] and headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_secret_key_comes_from_the_settings(web_kb):
+    settings, _ = web_kb
+    assert create_app({"TICKETREC_SETTINGS": settings.replace(secret_key="s3cret")}).secret_key == "s3cret"
+    first, second = create_app({"TICKETREC_SETTINGS": settings}), create_app({"TICKETREC_SETTINGS": settings})
+    assert first.secret_key and first.secret_key != second.secret_key
+
+
+def test_serve_refuses_a_busy_port(web_kb, monkeypatch):
+    from recommender.cli import main
+
+    monkeypatch.setenv("TICKETREC_HOME", str(web_kb[0].home))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        result = CliRunner().invoke(main, ["serve", "--port", str(busy.getsockname()[1])])
+    assert result.exit_code == 1 and "in use" in result.output and "Traceback" not in result.output
+
+
+# -- with a real engine over a tiny trained model -----------------------------------------------------------
+@pytest.fixture
+def engine_client(web_engine):
+    settings, engine = web_engine
+    return create_app({"TESTING": True, "WTF_CSRF_ENABLED": False, "TICKETREC_SETTINGS": settings,
+                       "TICKETREC_ENGINE": engine}).test_client()
+
+
+QUERY = {"subject": "turbine blade vibration", "description": "High vibration on the rotor bearing after restart."}
+
+
+def test_results_show_ten_cards_solution_first_with_scores_and_topics(engine_client, web_engine):
+    _, engine = web_engine
+    response = engine_client.post("/", data=QUERY)
+    assert response.status_code == 200
+    html = page(response)
+    cards = cards_of(html)
+    assert len(cards) == 10
+    for rank, card in enumerate(cards, start=1):
+        assert f'<span class="rank" title="rank">{rank}</span>' in card
+        score = float(re.search(r'<span class="score-value">(\d\.\d)</span>', card).group(1))
+        assert 1.0 <= score <= 5.0
+        assert card.index('class="solution"') < card.index("<details")  # the solution comes first
+        assert len(re.findall(r'class="chip"[^>]*title="topic \d+: [^"]+"', card)) == 3
+        assert all(f'value="{label} ' in card for label in ("YES", "REL", "NO"))
+    assert "<mark>" in html  # shared words highlighted
+    assert engine.model.version[:12] in html and engine.index.version in html and "answered in" in html
+
+
+def test_feedback_is_stored_with_versions_and_shown_when_the_query_repeats(engine_client, web_engine):
+    settings, engine = web_engine
+    query = {"subject": "oil filter pump", "description": "Lubrication oil temperature high after the filter change."}
+    first = cards_of(page(engine_client.post("/", data=query)))
+    ticket_id = re.search(r'data-ticket-id="([^"]+)"', first[1]).group(1)
+    assert "given" not in first[1]
+    response = engine_client.post("/feedback", data={**query, "choice": f"NO {ticket_id}"})
+    assert response.status_code == 200 and f"Saved: ticket {ticket_id} marked NO" in page(response)
+    from recommender.store import Store
+
+    with Store(settings.db) as store:
+        [fb] = store.feedback(query_key(query["subject"], query["description"]))
+    assert (fb.ticket_id, fb.label, fb.model_version, fb.index_version) == (
+        ticket_id, "NO", engine.model.version, engine.index.version)
+    again = page(engine_client.post("/", data=query))
+    card = next(c for c in cards_of(again) if f'data-ticket-id="{ticket_id}"' in c)
+    assert re.search(r'class="fb fb-no given" aria-pressed="true"', card) and "Feedback given: NO" in card
+
+
+def test_recent_queries_can_be_reused(engine_client):
+    engine_client.post("/", data=QUERY)
+    html = page(engine_client.get("/"))
+    key = query_key(QUERY["subject"], QUERY["description"])
+    assert f"/?reuse={key}" in html
+    reused = page(engine_client.get(f"/?reuse={key}"))
+    assert 'value="turbine blade vibration"' in reused and "rotor bearing after restart.</textarea>" in reused
+    assert "no longer remembered" in page(engine_client.get("/?reuse=unknown", follow_redirects=True))
+
+
+def test_results_show_html_in_tickets_and_queries_as_text(engine_client):
+    response = engine_client.post("/", data={"subject": "valve <img src=x onerror=alert(1)> leak",
+                                             "description": "seal pressure <script>alert('q')</script>"})
+    html = page(response)
+    assert response.status_code == 200
+    assert "<script>alert" not in html and "<img src=x" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+def test_ticket_page_lists_neighbours_without_itself(engine_client):
+    html = page(engine_client.get("/tickets/WEB-4"))
+    cards = cards_of(html)
+    assert len(cards) == 10
+    assert all('data-ticket-id="WEB-4"' not in card for card in cards)
+    assert [int(r) for r in re.findall(r'<span class="rank" title="rank">(\d+)</span>', html)] == list(range(1, 11))
+
+
+def test_topics_page_lists_every_topic_with_ten_words(engine_client, web_engine):
+    _, engine = web_engine
+    html = page(engine_client.get("/topics"))
+    words = engine.model.topic_words(10)
+    assert len(re.findall(r'<section class="panel topic"', html)) == len(words) == 5
+    assert " · ".join(words[0]) in html
+
+
+def test_status_page_with_a_model(engine_client, web_engine):
+    _, engine = web_engine
+    html = page(engine_client.get("/status"))
+    assert engine.model.version in html and engine.index.version in html
+    assert engine.model.config["data_fingerprint"] in html
+    assert re.search(r"<dt>Tickets</dt><dd>24</dd>", html)

@@ -1,0 +1,157 @@
+"""The JSON API under /api/v1: recommendations, tickets, feedback, health. JSON in, JSON out, JSON errors.
+
+CSRF tokens are not used here: every write requires `Content-Type: application/json`, which a cross-site
+form cannot send without a CORS preflight this app never grants.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, current_app, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from recommender.errors import InputError, TicketrecError
+from recommender.store import Feedback, query_key
+
+from .forms import LABELS, MAX_SUBJECT
+from .services import TicketrecServices
+
+bp = Blueprint("api", __name__, url_prefix="/api/v1")
+
+#: Most results one request may ask for.
+MAX_K = 100
+
+
+class ApiError(Exception):
+    """An error answered as `{"error": {"status", "message"}}` with its HTTP status."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def services() -> TicketrecServices:
+    return current_app.extensions["ticketrec"]
+
+
+def json_error(status: int, message: str):
+    """The one shape of every API error."""
+    return jsonify({"error": {"status": status, "message": message}}), status
+
+
+@bp.errorhandler(ApiError)
+def _api_error(exc: ApiError):
+    return json_error(exc.status, exc.message)
+
+
+def _body() -> dict[str, Any]:
+    if not request.is_json:
+        raise ApiError(400, "send a JSON object with the header Content-Type: application/json")
+    data = request.get_json(silent=True)
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object, e.g. {\"subject\": \"...\", \"description\": \"...\"}")
+    return data
+
+
+def _text(data: dict[str, Any], name: str, limit: int, too_long_status: int = 400) -> str:
+    value = data.get(name)
+    if value is None:
+        raise ApiError(400, f"'{name}' is required (a non-empty string)")
+    if not isinstance(value, str):
+        raise ApiError(400, f"'{name}' must be a string, not {type(value).__name__}")
+    value = value.strip()
+    if not value:
+        raise ApiError(400, f"'{name}' must not be empty")
+    if len(value) > limit:
+        raise ApiError(too_long_status, f"'{name}' has {len(value):,} characters; the limit is {limit:,}; shorten it")
+    return value
+
+
+def _query(data: dict[str, Any]) -> tuple[str, str]:
+    subject = _text(data, "subject", MAX_SUBJECT)
+    description = _text(data, "description", int(current_app.config["MAX_DESCRIPTION"]), too_long_status=413)
+    return subject, description
+
+
+@bp.post("/recommendations")
+def recommendations():
+    """`{"subject", "description", "k"}` → the top k tickets with calibrated scores and explanations."""
+    data = _body()
+    subject, description = _query(data)
+    k = data.get("k", 10)
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise ApiError(400, f"'k' must be an integer from 1 to {MAX_K}")
+    if not 1 <= k <= MAX_K:
+        raise ApiError(400, f"'k' must be from 1 to {MAX_K}, not {k}")
+    try:
+        answer = services().recommend(subject, description, k=k)
+    except InputError as exc:
+        raise ApiError(400, str(exc)) from exc
+    except TicketrecError as exc:
+        raise ApiError(503, f"no recommendations can be served: {exc}") from exc
+    services().remember(answer.query)
+    return jsonify({
+        "query_key": answer.key,
+        "model_version": answer.model_version,
+        "index_version": answer.index_version,
+        "took_ms": round(answer.took_ms, 2),
+        "results": [rec.to_dict() for rec in answer.results],
+    })
+
+
+@bp.get("/tickets/<path:ticket_id>")
+def ticket(ticket_id: str):
+    """One ticket of the knowledge base."""
+    found = services().store().get_ticket(ticket_id)
+    if found is None:
+        raise ApiError(404, f"there is no ticket {ticket_id!r}")
+    return jsonify({"id": found.id, "subject": found.subject, "description": found.description,
+                    "solution": found.solution, "metadata": found.metadata})
+
+
+@bp.post("/feedback")
+def feedback():
+    """`{"subject", "description", "ticket_id", "label"}` → stores the judgement (201)."""
+    data = _body()
+    subject, description = _query(data)
+    ticket_id = data.get("ticket_id")
+    if not isinstance(ticket_id, str) or not ticket_id:
+        raise ApiError(400, "'ticket_id' must be a non-empty string")
+    label = data.get("label")
+    if label not in LABELS:
+        raise ApiError(400, f"'label' must be one of {', '.join(LABELS)}")
+    store = services().store()
+    if store.get_ticket(ticket_id) is None:
+        raise ApiError(404, f"there is no ticket {ticket_id!r}")
+    model_version, index_version = services().versions()
+    try:
+        feedback_id = store.add_feedback(Feedback(subject, description, ticket_id, label, model_version, index_version))
+    except InputError as exc:
+        raise ApiError(400, str(exc)) from exc
+    return jsonify({"id": feedback_id, "query_key": query_key(subject, description), "ticket_id": ticket_id,
+                    "label": label, "model_version": model_version, "index_version": index_version}), 201
+
+
+@bp.get("/healthz")
+def healthz():
+    """Store, index and broker state; 200 when queries can be answered, else 503."""
+    svc = services()
+    try:
+        store_state: dict[str, Any] = {"ok": True, **svc.store().stats()}
+    except Exception as exc:  # report, do not crash: this is what monitoring reads
+        store_state = {"ok": False, "error": str(exc)}
+    engine, engine_error = svc.engine_or_error()
+    index = svc.index_info() if engine is not None else None
+    index_state = {"ok": True, **index} if index is not None else {"ok": False, "error": engine_error or "no index loaded"}
+    broker = svc.broker_state()
+    ok = store_state["ok"] and index_state["ok"]
+    body = {"status": "ok" if ok and broker.get("ok") is not False else ("degraded" if ok else "unavailable"),
+            "store": store_state, "index": index_state, "broker": broker}
+    return jsonify(body), 200 if ok else 503
+
+
+def handle_http_error(exc: HTTPException):
+    """JSON for HTTP errors raised under /api/ (404 of an unknown route, 405, 413 of a huge body...)."""
+    return json_error(exc.code or 500, exc.description or exc.name)
+

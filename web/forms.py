@@ -1,0 +1,63 @@
+"""The HTML forms (Flask-WTF: CSRF token on every form) and the input rules shared with the JSON API."""
+from __future__ import annotations
+
+from flask import current_app
+from flask_wtf import FlaskForm
+from wtforms import HiddenField, StringField, TextAreaField
+from wtforms.validators import DataRequired, Length, ValidationError
+
+#: Longest accepted subject, in characters (subjects are a few words).
+MAX_SUBJECT = 1000
+LABELS = ("YES", "REL", "NO")
+
+
+def max_description() -> int:
+    """The configured longest description (settings.max_description)."""
+    return int(current_app.config["MAX_DESCRIPTION"])
+
+
+def _description_not_too_long(form, field) -> None:
+    limit = max_description()
+    if field.data and len(field.data) > limit:
+        raise ValidationError(
+            f"The description has {len(field.data):,} characters; the limit is {limit:,}. "
+            "Shorten it to the part that describes the problem."
+        )
+
+
+class SearchForm(FlaskForm):
+    """SUBJECT + DESCRIPTION of a new ticket."""
+
+    subject = StringField(
+        "Subject",
+        validators=[DataRequired("Enter the ticket's subject (a few words)."),
+                    Length(max=MAX_SUBJECT, message=f"Keep the subject under {MAX_SUBJECT:,} characters.")],
+    )
+    description = TextAreaField(
+        "Description",
+        validators=[DataRequired("Enter the ticket's description (what happened, what was observed)."),
+                    _description_not_too_long],
+    )
+
+
+def _label_and_ticket(form, field) -> None:
+    label, _, ticket_id = (field.data or "").partition(" ")
+    if label not in LABELS or not ticket_id:
+        raise ValidationError("Choose YES, REL or NO on one result.")
+
+
+class FeedbackForm(FlaskForm):
+    """Judgements of the results of one query: one form around all result cards, whose buttons send
+    `choice = "<LABEL> <ticket id>"`."""
+
+    subject = HiddenField(validators=[DataRequired(), Length(max=MAX_SUBJECT)])
+    description = HiddenField(validators=[DataRequired(), _description_not_too_long])
+    choice = StringField(validators=[DataRequired("Choose YES, REL or NO on one result."), _label_and_ticket])
+
+    @property
+    def label(self) -> str:
+        return self.choice.data.partition(" ")[0]
+
+    @property
+    def ticket_id(self) -> str:
+        return self.choice.data.partition(" ")[2]

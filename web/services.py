@@ -1,0 +1,227 @@
+"""What the web app needs from the core library, in one object per app: the store, the engine, versions, status.
+
+The engine is heavy (it loads the model and maps the index), so it is built once, lazily, on the first request
+that needs it; a missing model or index is reported as a `TicketrecError` the pages turn into a clear message.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from recommender.config import Settings
+from recommender.errors import TicketrecError
+from recommender.records import Query, Recommendation
+from recommender.store import Store, query_key
+
+#: How many recent queries the search page offers to reuse.
+RECENT_QUERIES = 8
+
+
+@dataclass
+class RecommendResult:
+    """The answer to one query as the pages and the API show it."""
+
+    query: Query
+    key: str
+    results: list[Recommendation]
+    took_ms: float
+    model_version: str
+    index_version: str
+
+
+class TicketrecServices:
+    """The core library as one web app sees it; stored in `app.extensions["ticketrec"]`."""
+
+    def __init__(self, settings: Settings, engine: Any = None, engine_factory: Callable[[Settings], Any] | None = None):
+        self.settings = settings
+        self._engine = engine
+        self._engine_factory = engine_factory
+        self._engine_lock = threading.Lock()
+        self._recommend_lock = threading.Lock()
+        self._local = threading.local()
+        self._recent: OrderedDict[str, Query] = OrderedDict()
+        self._recent_lock = threading.Lock()
+
+    # -- store: one connection per thread (SQLite transactions must not interleave) ------------------
+    def store(self) -> Store:
+        """This thread's store."""
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = Store(self.settings.db)
+            self._local.store = store
+        return store
+
+    def close_store(self) -> None:
+        """Close this thread's store (at the end of each request; the next one reopens it, ~1 ms)."""
+        store = getattr(self._local, "store", None)
+        if store is not None:
+            store.close()
+            self._local.store = None
+
+    # -- engine ----------------------------------------------------------------------------------------
+    def engine(self) -> Any:
+        """The recommender engine (built once; it loads its model and index lazily)."""
+        if self._engine is not None:
+            return self._engine
+        with self._engine_lock:
+            if self._engine is None:
+                factory = self._engine_factory or _default_engine_factory
+                self._engine = factory(self.settings)
+        return self._engine
+
+    def engine_or_error(self) -> tuple[Any, str | None]:
+        """(engine, None) when it can answer queries (model and matching index load), else (None, why)."""
+        try:
+            engine = self.engine()
+            engine.index  # loads the model and the index and checks that they belong together
+        except TicketrecError as exc:
+            return None, str(exc)
+        return engine, None
+
+    def versions(self) -> tuple[str, str]:
+        """(model version, index version) being served, or empty strings when none can be loaded."""
+        engine, _ = self.engine_or_error()
+        if engine is None:
+            return "", ""
+        return str(engine.model.version), str(engine.index.version)
+
+    def recommend(self, subject: str, description: str, k: int = 10, exclude: str | None = None) -> RecommendResult:
+        """Rank the knowledge base for one query (optionally leaving out one ticket: its own neighbours)."""
+        engine = self.engine()
+        query = Query(subject, description)
+        started = time.perf_counter()
+        with self._recommend_lock:
+            results = engine.recommend(query, k=k + 1 if exclude else k)
+        took_ms = (time.perf_counter() - started) * 1000.0
+        if exclude is not None:
+            results = [r for r in results if r.ticket.id != exclude][:k]
+            for rank, rec in enumerate(results, start=1):
+                rec.rank = rank
+        info = getattr(engine, "last_info", {}) or {}
+        model_version = str(info.get("model_version") or engine.model.version)
+        index_version = str(info.get("index_version") or engine.index.version)
+        return RecommendResult(query, query_key(subject, description), results, took_ms, model_version, index_version)
+
+    def topic_words(self, k: int = 10) -> list[list[str]]:
+        """Top `k` words of every DocNADE topic of the served model."""
+        return self.engine().model.topic_words(k)
+
+    # -- recent queries (this process; offered for reuse on the search page) ---------------------------
+    def remember(self, query: Query) -> str:
+        key = query_key(query.subject, query.description)
+        with self._recent_lock:
+            self._recent.pop(key, None)
+            self._recent[key] = Query(query.subject, query.description)
+            while len(self._recent) > RECENT_QUERIES:
+                self._recent.popitem(last=False)
+        return key
+
+    def recent(self) -> list[tuple[str, Query]]:
+        """Recent queries, newest first, as (query_key, query)."""
+        with self._recent_lock:
+            return list(reversed(self._recent.items()))
+
+    def recent_query(self, key: str) -> Query | None:
+        with self._recent_lock:
+            return self._recent.get(key)
+
+    # -- feedback ------------------------------------------------------------------------------------
+    def feedback_given(self, subject: str, description: str) -> dict[str, str]:
+        """ticket id → the latest label already given for this query."""
+        return {fb.ticket_id: fb.label for fb in self.store().feedback(query_key(subject, description))}
+
+    # -- status --------------------------------------------------------------------------------------
+    def index_info(self) -> dict[str, Any] | None:
+        """Version, size and build time of the served index, or None when none can be loaded."""
+        engine, _ = self.engine_or_error()
+        if engine is None:
+            return None
+        index = engine.index
+        manifest = dict(getattr(index, "manifest", {}) or {})
+        return {
+            "version": str(index.version),
+            "size": len(index),
+            "created": manifest.get("created_at"),
+            "model_version": manifest.get("model_version"),
+        }
+
+    def model_info(self) -> dict[str, Any] | None:
+        """Version and training-data fingerprint of the served model, or None when none can be loaded."""
+        engine, _ = self.engine_or_error()
+        if engine is None:
+            return None
+        config = dict(engine.model.config or {})
+        return {
+            "version": str(engine.model.version),
+            "data_fingerprint": config.get("data_fingerprint"),
+            "created": config.get("trained_at"),
+        }
+
+    def broker_state(self) -> dict[str, Any]:
+        """Where scoring runs: in-process, or the Celery workers that answered a ping."""
+        if not self.settings.broker_url:
+            return {"mode": "in-process", "ok": True, "workers": []}
+        try:
+            from recommender import distributed
+        except ImportError:  # the thin client is not there: nothing can fan out
+            return {"mode": "in-process", "ok": True, "workers": [], "detail": "no distributed client installed"}
+        ping = getattr(distributed, "ping_workers", None)
+        try:
+            if ping is not None:
+                seen = ping(self.settings) if _takes_argument(ping) else ping()
+            elif hasattr(distributed, "celery_client"):
+                seen = distributed.celery_client(self.settings.broker_url).control.inspect(timeout=1.0).ping()
+            else:
+                return {"mode": "celery", "ok": None, "workers": [], "detail": "the distributed client cannot ping workers"}
+        except Exception as exc:  # a dead broker is a state to show, not a crash
+            return {"mode": "celery", "ok": False, "workers": [], "detail": f"broker unreachable: {exc}"}
+        workers = sorted(seen) if isinstance(seen, (dict, list, set, tuple)) else []
+        detail = None if workers else "the broker answered but no worker replied to a ping; start `ticketrec worker`"
+        return {"mode": "celery", "ok": bool(workers), "workers": workers, **({"detail": detail} if detail else {})}
+
+    def report_dirs(self) -> list[Path]:
+        """Folders that may hold evaluation reports, newest report first."""
+        candidates = list((self.settings.home / "reports").glob("*/report.md"))
+        repo_results = Path(__file__).resolve().parents[1] / "docs" / "results"
+        candidates += list(repo_results.glob("report.md")) + list(repo_results.glob("*/report.md"))
+        candidates.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        return [p.parent for p in candidates]
+
+    def latest_report(self) -> dict[str, Any] | None:
+        """The newest evaluation report: its folder, text and plot file names."""
+        dirs = self.report_dirs()
+        if not dirs:
+            return None
+        folder = dirs[0]
+        report = folder / "report.md"
+        return {
+            "folder": folder,
+            "name": folder.name,
+            "text": report.read_text(encoding="utf-8", errors="replace"),
+            "modified": report.stat().st_mtime,
+            "plots": sorted(p.name for p in folder.glob("*.png")),
+        }
+
+
+def _takes_argument(func: Callable) -> bool:
+    import inspect
+
+    try:
+        params = [p for p in inspect.signature(func).parameters.values() if p.default is inspect.Parameter.empty
+                  and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return False
+    return len(params) >= 1
+
+
+def _default_engine_factory(settings: Settings) -> Any:
+    """Build the engine the way the CLI does; a missing engine module is reported, not raised as ImportError."""
+    try:
+        from recommender.engine import Recommender
+    except ImportError as exc:
+        raise TicketrecError(f"the recommender engine is not installed ({exc}); reinstall ticketrec") from exc
+    return Recommender(settings)

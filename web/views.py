@@ -1,0 +1,192 @@
+"""The support engineer's pages: search and results, feedback, ticket, status, topics."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from flask import Blueprint, abort, current_app, flash, render_template, request, send_from_directory
+from markupsafe import Markup
+
+from recommender.errors import InputError, TicketrecError
+from recommender.records import Recommendation
+from recommender.store import Feedback
+
+from .forms import FeedbackForm, SearchForm
+from .highlight import highlight
+from .services import RecommendResult, TicketrecServices
+
+bp = Blueprint("views", __name__)
+
+
+def services() -> TicketrecServices:
+    return current_app.extensions["ticketrec"]
+
+
+@dataclass
+class ResultCard:
+    """One recommendation prepared for the results template (highlighted markup is escaped already)."""
+
+    rank: int
+    ticket_id: str
+    score: float
+    score_text: str
+    solution: Markup
+    subject: Markup
+    description: Markup
+    topics: list[dict[str, Any]]
+    shared: list[str]
+    given: str | None
+
+
+def _cards(answer: RecommendResult, given: dict[str, str]) -> list[ResultCard]:
+    cards = []
+    for rec in answer.results:
+        ticket = rec.ticket
+        terms = list(rec.shared_terms)
+        cards.append(ResultCard(
+            rank=rec.rank, ticket_id=ticket.id, score=float(rec.score), score_text=f"{float(rec.score):.1f}",
+            solution=highlight(ticket.solution, terms), subject=highlight(ticket.subject, terms),
+            description=highlight(ticket.description, terms), topics=_topic_chips(rec), shared=terms,
+            given=given.get(ticket.id),
+        ))
+    return cards
+
+
+def _topic_chips(rec: Recommendation) -> list[dict[str, Any]]:
+    chips = []
+    for topic in list(rec.topics)[:3]:
+        words = [str(w) for w in topic.get("words", [])]
+        chips.append({"id": topic.get("id"), "weight": topic.get("weight"), "label": " ".join(words[:2]),
+                      "title": f"topic {topic.get('id')}: " + ", ".join(words)})
+    return chips
+
+
+def _render_search(form: SearchForm, answer: RecommendResult | None = None, error: str | None = None, status: int = 200):
+    given = services().feedback_given(answer.query.subject, answer.query.description) if answer else {}
+    cards = _cards(answer, given) if answer else []
+    return render_template(
+        "search.html", form=form, answer=answer, cards=cards, error=error, recent=services().recent(),
+        feedback_form=_feedback_form(answer), max_description=current_app.config["MAX_DESCRIPTION"],
+    ), status
+
+
+def _feedback_form(answer: RecommendResult | None) -> FeedbackForm | None:
+    if answer is None:
+        return None
+    form = FeedbackForm(formdata=None)
+    form.subject.data, form.description.data = answer.query.subject, answer.query.description
+    return form
+
+
+@bp.get("/")
+def search():
+    """The empty search form (or one filled from a recent query: `?reuse=<query_key>`)."""
+    form = SearchForm(formdata=None)
+    reuse = request.args.get("reuse")
+    if reuse:
+        query = services().recent_query(reuse)
+        if query is None:
+            flash("That recent query is no longer remembered; type it again.", "warning")
+        else:
+            form.subject.data, form.description.data = query.subject, query.description
+    return _render_search(form)
+
+
+@bp.post("/")
+def results():
+    """Validate the form and show the top 10 recommendations."""
+    form = SearchForm()
+    if not form.validate():
+        return _render_search(form, status=400)
+    return _answer(form, form.subject.data.strip(), form.description.data.strip())
+
+
+def _answer(form: SearchForm, subject: str, description: str):
+    try:
+        answer = services().recommend(subject, description, k=10)
+    except InputError as exc:
+        return _render_search(form, error=str(exc), status=400)
+    except TicketrecError as exc:
+        return _render_search(form, error=f"No recommendations can be served: {exc}", status=503)
+    services().remember(answer.query)
+    return _render_search(form, answer=answer)
+
+
+@bp.post("/feedback")
+def feedback():
+    """Store a YES/REL/NO judgement (the form fallback of the page's JavaScript), then show the results again."""
+    fb_form = FeedbackForm()
+    if not fb_form.validate():
+        problems = "; ".join(f"{name}: {', '.join(errs)}" for name, errs in fb_form.errors.items())
+        abort(400, description=f"The feedback form was incomplete ({problems}). Go back and search again.")
+    subject, description = fb_form.subject.data.strip(), fb_form.description.data.strip()
+    ticket_id, label = fb_form.ticket_id, fb_form.label
+    if services().store().get_ticket(ticket_id) is None:
+        abort(404, description=f"There is no ticket {ticket_id!r}; search again.")
+    model_version, index_version = services().versions()
+    try:
+        services().store().add_feedback(Feedback(subject, description, ticket_id, label, model_version, index_version))
+    except InputError as exc:
+        abort(400, description=str(exc))
+    flash(f"Saved: ticket {ticket_id} marked {label}.", "success")
+    search_form = SearchForm(formdata=None)
+    search_form.subject.data, search_form.description.data = subject, description
+    return _answer(search_form, subject, description)
+
+
+@bp.get("/tickets/<path:ticket_id>")
+def ticket(ticket_id: str):
+    """The whole ticket and its nearest neighbours in the knowledge base."""
+    found = services().store().get_ticket(ticket_id)
+    if found is None:
+        abort(404, description=f"There is no ticket {ticket_id!r} in the knowledge base.")
+    answer, error, cards = None, None, []
+    try:
+        answer = services().recommend(found.subject, found.description, k=10, exclude=found.id)
+        cards = _cards(answer, {})
+    except TicketrecError as exc:
+        error = f"Neighbours cannot be computed: {exc}"
+    return render_template("ticket.html", ticket=found, answer=answer, cards=cards, error=error)
+
+
+@bp.get("/status")
+def status():
+    """Model, index, workers, knowledge base and the latest evaluation."""
+    svc = services()
+    _, engine_error = svc.engine_or_error()
+    return render_template(
+        "status.html", engine_error=engine_error, model=svc.model_info(), index=svc.index_info(),
+        broker=svc.broker_state(), stats=svc.store().stats(), report=svc.latest_report(), settings=svc.settings,
+    )
+
+
+@bp.get("/status/reports/<name>/<filename>")
+def report_file(name: str, filename: str):
+    """A plot of an evaluation report (only .png files of a known report folder)."""
+    if not filename.lower().endswith(".png"):
+        abort(404)
+    for folder in services().report_dirs():
+        if folder.name == name:
+            return send_from_directory(folder, filename)
+    abort(404)
+
+
+@bp.get("/topics")
+def topics():
+    """Every DocNADE topic with its top 10 words."""
+    try:
+        words = services().topic_words(10)
+    except TicketrecError as exc:
+        return render_template("topics.html", topics=[], error=f"No topics to show: {exc}"), 503
+    return render_template("topics.html", topics=list(enumerate(words)), error=None)
+
+
+@bp.app_template_filter("when")
+def format_time(value: Any) -> str:
+    """Seconds since the epoch (or an ISO string) as a readable UTC time."""
+    if value in (None, ""):
+        return "—"
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(float(value), tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return str(value)

@@ -1,0 +1,85 @@
+"""Celery tasks, registered by name on every app (shared_task): score a shard, reindex, train."""
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name="ticketrec.score_shard", bind=True)
+def score_shard(self, index_version: str, shard: int, n_shards: int, query_vecs: dict, k: int,
+                rows: list[int] | None = None, bm25: list[float] | None = None,
+                bm25_max: float | None = None) -> dict:
+    """Top k (ids, scores) of one shard of index `index_version` for an encoded query.
+
+    `rows`/`bm25`: the query's BM25 candidates over the whole index (each shard keeps those in its row range;
+    `bm25_max` is the maximum over all of them, so normalisation matches in-process scoring).
+    """
+    from recommender.distributed import unpack_vectors
+    from recommender.scoring import rank
+
+    index = self.resources.index(index_version)
+    start, stop = index.shard_rows(shard, n_shards)
+    best_rows, g, best_bm25 = rank(index.metric_spec, unpack_vectors(query_vecs), index.vectors, k, rows, bm25,
+                                   row_range=(start, stop), bm25_max=bm25_max)
+    return {
+        "index_version": index.version,
+        "shard": shard,
+        "ids": [index.ticket_ids[int(r)] for r in best_rows],
+        "scores": [float(s) for s in g],
+        "bm25": None if best_bm25 is None else [float(b) for b in best_bm25],
+    }
+
+
+@shared_task(name="ticketrec.reindex", bind=True)
+def reindex(self, full: bool = False) -> dict:
+    """Incremental (or full) rebuild of the ticket index with the current model; the version that serves after."""
+    from recommender.index import build_index, open_current
+    from recommender.model import TicketModel
+    from recommender.store import Store
+
+    settings = self.resources.settings
+    store = Store(settings.db)
+    try:
+        model = TicketModel.load(settings.model)
+        prefilter = None
+        if settings.prefilter != "fts5":
+            from recommender.prefilter import make_prefilter
+
+            prefilter = make_prefilter(settings, store)
+        version = build_index(store, model, settings, incremental=not full, progress=False, prefilter=prefilter)
+        index = open_current(settings)
+        log.info("reindex done: %s (%d tickets)", version, len(index))
+        return {"version": version, "n_tickets": len(index), "encoded": index.manifest.get("encoded"),
+                "reused": index.manifest.get("reused")}
+    finally:
+        store.close()
+
+
+@shared_task(name="ticketrec.train", bind=True)
+def train(self, preset: str = "ml_cl_hET", overrides: dict | None = None, out: str | None = None, seed: int = 0,
+          reindex: bool = True) -> dict:
+    """Train a model on the store's labelled pairs (a held-out share of queries for early stopping), save it to
+    `out` (default: TICKETREC_MODEL) and, when it is the serving model, rebuild the index for it."""
+    from pathlib import Path
+
+    from recommender.index import build_index
+    from recommender.siamese import SiameseConfig
+    from recommender.store import Store
+    from recommender.training import train_model
+
+    settings = self.resources.settings
+    out_dir = Path(out) if out else settings.model
+    store = Store(settings.db)
+    try:
+        config = SiameseConfig.preset(preset, **(overrides or {}))
+        model = train_model(store.dataset(), None, config, out_dir, seed=seed, progress=False)
+        result = {"model": str(out_dir), "model_version": model.version,
+                  "dev": model.meta.get("training", {}).get("dev")}
+        if reindex and out_dir.resolve() == settings.model.resolve():
+            result["index_version"] = build_index(store, model, settings, progress=False)
+        return result
+    finally:
+        store.close()
