@@ -13,6 +13,7 @@ reserved token `<eos>` between two sentences, so the one LSTM over the component
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Sequence
 
@@ -48,6 +49,7 @@ WIDE_GRID = {
     "bm25": [0.0, 0.3, 1.0],
     "SUB|SUB": [0.3, 0.4], "DESC|DESC": [0.3, 0.4], "SUB|DESC": [0.1, 0.15, 0.2], "SUB|SOL": [0.1], "DESC|SOL": [0.1],
 }
+_LOG_ZERO = math.log(1e-7)  # log-weights below this are the weight 0
 ML_PAIRS = [["SUB", "SUB", 0.5], ["DESC", "DESC", 0.5]]
 
 
@@ -318,15 +320,36 @@ class ReplicatedSiameseLSTM(nn.Module):
         self.use_bm25 = config.bm25 > 0
 
     # -- weights as data --------------------------------------------------------------
+    @staticmethod
+    def _positive(log_w: torch.Tensor) -> torch.Tensor:
+        """exp of the log-weights; a weight set to (about) 0 by the grid is exactly 0."""
+        return torch.where(log_w > _LOG_ZERO, log_w.exp(), torch.zeros_like(log_w))
+
+    def pair_weights(self) -> torch.Tensor:
+        return self._positive(self.log_pair)
+
+    def channel_weights(self) -> torch.Tensor:
+        return self._positive(self.log_channel)
+
+    def bm25_weight(self) -> torch.Tensor:
+        return self._positive(self.log_bm25) if self.use_bm25 else torch.zeros(())
+
     def metric_spec(self) -> dict:
         """The metric as plain data (docs/internals.md): pairs with V, channel weights W, BM25 weight."""
-        v = self.log_pair.detach().exp().tolist()
-        w = self.log_channel.detach().exp().tolist()
+        v = self.pair_weights().detach().tolist()
+        w = self.channel_weights().detach().tolist()
         return {
             "pairs": [[a, b, float(x)] for (a, b), x in zip(self.pairs, v)],
             "channels": {c: float(x) for c, x in zip(self.channel_names, w)},
-            "bm25": float(self.log_bm25.detach().exp()) if self.use_bm25 else 0.0,
+            "bm25": float(self.bm25_weight().detach()),
         }
+
+    def rescale(self, factor: float) -> None:
+        """Multiply every pair weight V and the BM25 weight by `factor`: d scales, the ranking does not."""
+        with torch.no_grad():
+            self.log_pair.add_(math.log(factor))
+            if self.use_bm25:
+                self.log_bm25.add_(math.log(factor))
 
     def set_weights(self, pair_weights: Sequence[float], channel_weights: dict, bm25: float | None = None) -> None:
         """Replace V, W (and the BM25 weight), e.g. with the result of the dev grid search."""
@@ -376,9 +399,9 @@ class ReplicatedSiameseLSTM(nn.Module):
     def similarity(self, q: dict[str, torch.Tensor], t: dict[str, torch.Tensor],
                    bm25_ratio: torch.Tensor | None = None) -> torch.Tensor:
         """g = exp(−d) ∈ (0, 1] for aligned rows; `bm25_ratio` is bm25/max over the query's candidates (in [0, 1])."""
-        d = metric_distance(self.distances(q, t), self.log_pair.exp(), self.log_channel.exp())
+        d = metric_distance(self.distances(q, t), self.pair_weights(), self.channel_weights())
         if self.use_bm25 and bm25_ratio is not None:
-            d = d + self.log_bm25.exp() * (1.0 - bm25_ratio)
+            d = d + self.bm25_weight() * (1.0 - bm25_ratio)
         return torch.exp(-d)
 
     def forward(self, queries: SideBatch, tickets: SideBatch, bm25_ratio: torch.Tensor | None = None) -> torch.Tensor:

@@ -20,7 +20,8 @@ SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tickets (
-    id TEXT PRIMARY KEY,
+    pk INTEGER PRIMARY KEY,  -- stable rowid: the FTS5 table points at it, and VACUUM cannot renumber it
+    id TEXT NOT NULL UNIQUE,
     subject TEXT NOT NULL,
     description TEXT NOT NULL,
     solution TEXT NOT NULL DEFAULT '',
@@ -56,7 +57,7 @@ CREATE TABLE IF NOT EXISTS feedback (
 );
 CREATE INDEX IF NOT EXISTS feedback_query ON feedback(query_key);
 CREATE VIRTUAL TABLE IF NOT EXISTS tickets_fts USING fts5(
-    subject, description, solution, content='tickets', content_rowid='rowid', tokenize='porter unicode61'
+    subject, description, solution, content='tickets', content_rowid='pk', tokenize='porter unicode61'
 );
 CREATE TRIGGER IF NOT EXISTS tickets_ai AFTER INSERT ON tickets BEGIN
     INSERT INTO tickets_fts(rowid, subject, description, solution)
@@ -272,19 +273,19 @@ class Store:
 
     def iter_tickets(self, batch: int = 2000, since: float | None = None) -> Iterator[Ticket]:
         """All tickets (or those updated after `since`) in insertion order."""
-        sql = "SELECT rowid, * FROM tickets WHERE rowid > ?" + (" AND updated_at > ?" if since is not None else "")
+        sql = "SELECT * FROM tickets WHERE pk > ?" + (" AND updated_at > ?" if since is not None else "")
         last = 0
         while True:
             args = (last, since) if since is not None else (last,)
-            rows = self.conn.execute(sql + " ORDER BY rowid LIMIT ?", (*args, batch)).fetchall()
+            rows = self.conn.execute(sql + " ORDER BY pk LIMIT ?", (*args, batch)).fetchall()
             if not rows:
                 return
             for row in rows:
                 yield self._ticket(row)
-            last = rows[-1]["rowid"]
+            last = rows[-1]["pk"]
 
     def ticket_ids(self) -> list[str]:
-        return [r[0] for r in self.conn.execute("SELECT id FROM tickets ORDER BY rowid")]
+        return [r[0] for r in self.conn.execute("SELECT id FROM tickets ORDER BY pk")]
 
     def ticket_versions(self) -> dict[str, float]:
         """ticket id → last update time, for incremental reindexing."""

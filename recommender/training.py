@@ -316,10 +316,24 @@ def _scores(model: TicketModel, dist: np.ndarray, ratio: np.ndarray | None) -> n
     with torch.no_grad():
         from .siamese import metric_distance
 
-        d = metric_distance(torch.from_numpy(dist), model.net.log_pair.exp(), model.net.log_channel.exp()).numpy()
+        d = metric_distance(torch.from_numpy(dist), model.net.pair_weights(), model.net.channel_weights()).numpy()
         if model.net.use_bm25 and ratio is not None:
-            d = d + float(model.net.log_bm25.exp()) * (1.0 - ratio)
+            d = d + float(model.net.bm25_weight()) * (1.0 - ratio)
     return np.exp(-d).astype(np.float64)
+
+
+def _unit_scale(model: TicketModel, qp: Prepared, tp: Prepared, pairs: PairSet, ratio) -> float:
+    """Rescale V (and W_bm25) so the mean distance d over the training pairs is 1.
+
+    Table 2's weights fix how channels and pairs compare, not the absolute size of d; with 350-d E, 100-d T and
+    50-d h the raw sum is about 10, exp(−d) ≈ 0 for every pair and MSE training gets no gradient.
+    """
+    g = _scores(model, _pair_distances(model, qp, tp, pairs), ratio)
+    mean_d = float(np.mean(-np.log(np.maximum(g, 1e-300))))
+    factor = 1.0 / mean_d if mean_d > 0 else 1.0
+    model.net.rescale(factor)
+    model.invalidate()
+    return factor
 
 
 def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_dir: str | Path | None,
@@ -354,6 +368,7 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
         if dev_pairs is not None:
             dev_ratio = _ratios(dev_pairs.q, bm25_pair_scores(dq.tokens, dt.tokens, dev_pairs.q, dev_pairs.t))
 
+    scale = _unit_scale(model, tq, tt, train_pairs, train_ratio)
     history = _fit(model, train_pairs, tq, tt, train_ratio, dev_pairs, dq, dt, dev_ratio, seed, progress)
 
     selection = None
@@ -362,14 +377,15 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
         spec, value = select_weights(dist, dev_pairs.y, dev_pairs.q, config.metric_pairs, net.channel_names,
                                      config.grid, net.metric_spec(), dev_ratio, config.select_by, config.relevant_min)
         net.set_weights([v for *_, v in spec["pairs"]], spec["channels"], spec["bm25"])
-        selection = {"objective": config.select_by, "value": value, "spec": spec}
+        selection = {"objective": config.select_by, "value": value, "spec": spec,
+                     "scale": _unit_scale(model, tq, tt, train_pairs, train_ratio)}
 
     model.net.eval()
     train_g = _scores(model, _pair_distances(model, tq, tt, train_pairs), train_ratio)
     model.calibrator = Calibrator.fit(train_g, train_pairs.y)
     report = {"train_pairs": len(train_pairs), "dev_pairs": len(dev_pairs) if dev_pairs else 0,
               "dev_source": "held-out training queries" if held_out else "dev file", "history": history,
-              "weight_selection": selection}
+              "weight_selection": selection, "initial_scale": scale}
     if dev_pairs is not None:
         g = _scores(model, _pair_distances(model, dq, dt, dev_pairs), dev_ratio)
         r, rho = correlations(g, dev_pairs.y)

@@ -12,7 +12,7 @@ from recommender.siamese import SiameseConfig
 from recommender.training import train_model
 
 TINY = dict(word_dim=16, hidden=8, char_dim=4, char_hidden=5, epochs=1, batch_size=8, min_count=1, w2v_epochs=2,
-            channels={"h": 0.7, "E": 0.3}, bm25=0.2)
+            channels={"h": 0.7, "E": 0.3}, bm25=0.2, weights="fixed")
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,11 @@ def test_saved_model_reloads_with_identical_scores_and_vectors(trained):
     config = json.loads((out / "config.json").read_text())
     assert config["format_version"] == 1 and config["version"] == model.version
     assert len(config["data_fingerprint"]) == 64 and "torch" in config["packages"]
-    assert config["metric"]["bm25"] == pytest.approx(0.2)
+    assert config["metric"] == model.metric_spec() and config["metric"]["bm25"] > 0
+    # fixed weights keep Table-2-style proportions; only the common scale is set so mean d on training pairs is 1
+    scale = model.meta["training"]["initial_scale"]
+    assert config["metric"]["bm25"] == pytest.approx(0.2 * scale, rel=1e-5)
+    assert config["metric"]["channels"] == {"h": pytest.approx(0.7), "E": pytest.approx(0.3)}
 
 
 def test_score_pairs_is_the_formula_over_encoded_vectors(trained):
@@ -150,3 +154,23 @@ def test_presets_without_training_still_save_and_load(tiny_tickets, tmp_path):
     qs, ts = _pairs(tiny_tickets(1))
     assert np.array_equal(loaded.score_pairs(qs, ts), model.score_pairs(qs, ts))
     assert set(loaded.encode_tickets(ts[:1])) == {"SUB.E", "DESC.E"}
+
+
+def test_topic_channel_model_saves_loads_and_explains_topics(tiny_tickets, tmp_path):
+    pytest.importorskip("topic_models.docnade")
+    config = SiameseConfig(**{**TINY, "channels": {"h": 0.5, "E": 0.3, "T": 0.2}, "topics": 4, "topic_epochs": 2})
+    model = train_model(tiny_tickets(0), tiny_tickets(1), config, tmp_path / "t", seed=0, progress=False)
+    assert (tmp_path / "t" / "docnade" / "config.json").exists() and (tmp_path / "t" / "topic_vocab.json").exists()
+    loaded = TicketModel.load(tmp_path / "t")
+    qs, ts = _pairs(tiny_tickets(1))
+    assert np.array_equal(loaded.score_pairs(qs, ts), model.score_pairs(qs, ts))
+    vecs = loaded.encode_tickets(ts[:2])
+    assert vecs["SOL.T"].shape == (2, 4)
+    words = loaded.topic_words(3)
+    assert len(words) == 4 and all(len(w) == 3 and all(isinstance(x, str) for x in w) for w in words)
+    top = loaded.top_topics(vecs, 1, n=2)
+    assert [t["id"] for t in top] == list(np.argsort(-np.mean([vecs[k][1] for k in vecs if k.endswith(".T")], 0))[:2])
+    assert top[0]["weight"] >= top[1]["weight"] and top[0]["words"][:3] == words[top[0]["id"]]
+    (tmp_path / "t" / "docnade" / "weights.pt").write_bytes(b"junk")
+    with pytest.raises(ModelError, match="weights.pt"):
+        TicketModel.load(tmp_path / "t")

@@ -157,7 +157,7 @@ def test_every_preset_builds_and_the_config_roundtrips_through_json():
 @pytest.mark.parametrize("changes, message", [
     ({"colour": 1}, "unknown config key"),
     ({"channels": {"X": 1.0}}, "unknown channel"),
-    ({"channels": {"h": 0.0}}, "positive weight"),
+    ({"channels": {"h": 0.0}, "bm25": 0.0}, "positive weight"),
     ({"pairs": [["SOL", "SUB", 0.1]]}, "bad pair"),
     ({"e_norm": "max"}, "e_norm"),
     ({"weights": "magic"}, "fixed, grid or learn"),

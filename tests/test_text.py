@@ -44,3 +44,9 @@ def test_corrupt_punkt_file_gives_a_clear_error(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ModelError, match="punkt.json"):
         SentenceSplitter.load(path)
+
+
+def test_sentence_internal_periods_do_not_stick_to_words_and_masks_survive():
+    tokens = tokenize("Checked the seal. Inspection done at ## bar by XXXX. O-ring isn't worn.")
+    assert tokens == ["checked", "the", "seal", "inspection", "done", "at", NUMBER_TOKEN, "bar", "by", "xxxx",
+                      "o-ring", "isn't", "worn"]
