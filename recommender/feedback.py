@@ -1,0 +1,107 @@
+"""Learning from feedback: support engineers' YES/REL/NO judgements become labelled pairs that fine-tune a model.
+
+This is the "corrigibility" the source papers ask for: annotated mistakes are fed back into training.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from .calibration import Calibrator
+from .errors import InputError
+from .model import TicketModel
+from .records import LABEL_SCORES, LabeledPair, Query
+from .store import Dataset, Store, query_key
+from .training import (PairSet, _fit, _pair_distances, _ratios, _scores, bm25_pair_scores, correlations,
+                       dataset_fingerprint, mean_average_precision, split_queries)
+
+
+def feedback_dataset(store: Store) -> Dataset:
+    """The stored feedback as a Dataset: one query per distinct query text, the judged tickets, one pair each.
+
+    When the same query and ticket were judged several times, the latest judgement counts.
+    """
+    queries: dict[str, Query] = {}
+    labels: dict[tuple[str, str], float] = {}
+    for fb in store.feedback():  # oldest first, so later judgements overwrite earlier ones
+        qid = "feedback-" + query_key(fb.query_subject, fb.query_description)[:16]
+        queries.setdefault(qid, Query(fb.query_subject, fb.query_description, qid))
+        labels[(qid, fb.ticket_id)] = LABEL_SCORES[fb.label]
+    tickets = store.get_tickets(sorted({tid for _, tid in labels}))
+    known = {t.id for t in tickets}
+    pairs = [LabeledPair(q, t, s) for (q, t), s in labels.items() if t in known]
+    return Dataset(tickets, list(queries.values()), pairs, source="feedback")
+
+
+def merge(*datasets: Dataset) -> Dataset:
+    """One Dataset from several (later tickets and queries with the same id win; pairs are all kept)."""
+    tickets: dict[str, object] = {}
+    queries: dict[str, object] = {}
+    pairs = []
+    for d in datasets:
+        tickets.update({t.id: t for t in d.tickets})
+        queries.update({q.id: q for q in d.queries})
+        pairs.extend(d.pairs)
+    return Dataset(list(tickets.values()), list(queries.values()), pairs, source="+".join(d.source for d in datasets))
+
+
+def _evaluate(model: TicketModel, pairs: PairSet, progress: bool) -> dict:
+    """r, ρ, calibrated MSE and MAP of `model` on labelled pairs."""
+    q, t = model.prepare(pairs.queries, "query", progress), model.prepare(pairs.tickets, "ticket", progress)
+    ratio = None
+    if model.siamese_config.bm25 > 0:
+        ratio = _ratios(pairs.q, bm25_pair_scores(q.tokens, t.tokens, pairs.q, pairs.t))
+    g = _scores(model, _pair_distances(model, q, t, pairs), ratio)
+    r, rho = correlations(g, pairs.y)
+    return {"pairs": len(pairs), "pearson": r, "spearman": rho,
+            "mse": float(np.mean((model.calibrate(g) - pairs.y) ** 2)),
+            "map": mean_average_precision(pairs.q, g, pairs.y, model.siamese_config.relevant_min)}
+
+
+def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_dir: str | Path | None,
+              seed: int = 0, epochs: int | None = None, progress: bool = True) -> tuple[TicketModel, dict]:
+    """Continue training `model` on `train`'s pairs (vocabulary, word vectors, Punkt and DocNADE stay frozen).
+
+    Returns the tuned model and a report of the model before and after on the same held-out pairs
+    (`held_out`, or a seeded share of `train`'s queries when None).
+    """
+    started = time.time()
+    base_version = model.version
+    if not train.pairs:
+        raise InputError("there are no labelled pairs to learn from; give feedback in the UI or pass --train FILE")
+    if held_out is None:
+        train, held_out = split_queries(train, model.siamese_config.dev_share, seed)
+    fit_pairs = PairSet.from_dataset(train, "training")
+    dev_pairs = PairSet.from_dataset(held_out, "held-out") if held_out.pairs else None
+    before = _evaluate(model, dev_pairs, progress) if dev_pairs else None
+
+    config = model.siamese_config
+    if epochs is not None:
+        config = config.replace(epochs=epochs)
+        model.siamese_config = config
+    tq, tt = model.prepare(fit_pairs.queries, "query", progress), model.prepare(fit_pairs.tickets, "ticket", progress)
+    dq = dt = dev_ratio = ratio = None
+    if dev_pairs is not None:
+        dq, dt = model.prepare(dev_pairs.queries, "query", progress), model.prepare(dev_pairs.tickets, "ticket", progress)
+    if config.bm25 > 0:
+        ratio = _ratios(fit_pairs.q, bm25_pair_scores(tq.tokens, tt.tokens, fit_pairs.q, fit_pairs.t))
+        if dev_pairs is not None:
+            dev_ratio = _ratios(dev_pairs.q, bm25_pair_scores(dq.tokens, dt.tokens, dev_pairs.q, dev_pairs.t))
+    if progress:
+        tqdm.write(f"fine-tuning on {len(fit_pairs)} pairs ({len(train.queries)} queries)")
+    history = _fit(model, fit_pairs, tq, tt, ratio, dev_pairs, dq, dt, dev_ratio, seed, progress)
+    model.net.eval()
+    model.calibrator = Calibrator.fit(_scores(model, _pair_distances(model, tq, tt, fit_pairs), ratio), fit_pairs.y)
+    model.invalidate()
+    after = _evaluate(model, dev_pairs, progress) if dev_pairs else None
+    report = {"base_version": base_version, "train_pairs": len(fit_pairs),
+              "held_out_pairs": len(dev_pairs) if dev_pairs else 0, "before": before, "after": after,
+              "history": history, "wall_seconds": round(time.time() - started, 1)}
+    model.meta.setdefault("fine_tuning", []).append(
+        {**report, "data_fingerprint": dataset_fingerprint(train, held_out)})
+    if out_dir is not None:
+        model.save(out_dir)
+    return model, report

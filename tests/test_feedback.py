@@ -1,0 +1,97 @@
+"""Learning from feedback: stored judgements become pairs that fine-tune the model (train --with-feedback)."""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from recommender.cli import main
+from recommender.config import Settings
+from recommender.errors import InputError
+from recommender.feedback import feedback_dataset, fine_tune
+from recommender.model import TicketModel
+from recommender.store import Feedback, Store
+
+
+@pytest.fixture
+def kb(tmp_path, tiny_model):
+    """(settings, store, model_dir, dataset): the tiny model's knowledge base in a fresh store."""
+    model_dir, data = tiny_model
+    settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "home"), "TICKETREC_MODEL": str(model_dir)})
+    store = Store(settings.db)
+    store.import_dataset(data)
+    yield settings, store, model_dir, data
+    store.close()
+
+
+def _give_feedback(store, data, n_queries=8):
+    """Judge the first queries' labelled tickets as the gold label says (YES 5, REL 3, NO 1); returns how many."""
+    label = {5.0: "YES", 3.0: "REL", 1.0: "NO"}
+    chosen = {q.id: q for q in data.queries[:n_queries]}
+    given = 0
+    for pair in data.pairs:
+        if pair.query_id in chosen:
+            q = chosen[pair.query_id]
+            store.add_feedback(Feedback(q.subject, q.description, pair.ticket_id, label[pair.score], "m", "i"))
+            given += 1
+    return given
+
+
+def test_feedback_becomes_one_pair_per_query_and_ticket_latest_wins(kb):
+    _, store, _, data = kb
+    t1, t2 = data.tickets[0].id, data.tickets[1].id
+    store.add_feedback(Feedback("Pump leak", "Seal leaks at start.", t1, "NO", created_at=1.0))
+    store.add_feedback(Feedback("Pump leak", "Seal leaks at start.", t1, "YES", created_at=2.0))
+    store.add_feedback(Feedback("pump  LEAK", "seal leaks at start.", t2, "REL", created_at=3.0))
+    fb = feedback_dataset(store)
+    assert len(fb.queries) == 1  # the same query, typed with other case and spacing
+    assert sorted((p.ticket_id, p.score) for p in fb.pairs) == sorted([(t1, 5.0), (t2, 3.0)])
+    assert {t.id for t in fb.tickets} == {t1, t2}
+
+
+def test_fine_tune_reports_before_and_after_on_the_same_held_out_pairs(kb, tmp_path):
+    _, store, model_dir, data = kb
+    assert _give_feedback(store, data) > 0
+    fb = feedback_dataset(store)
+    base = TicketModel.load(model_dir)
+    tuned, report = fine_tune(base, fb, data, tmp_path / "tuned", seed=0, epochs=2, progress=False)
+    assert report["held_out_pairs"] == len(data.pairs)
+    for side in ("before", "after"):
+        assert report[side]["pairs"] == len(data.pairs)
+        assert np.isfinite(report[side]["mse"])
+    assert report["base_version"] == TicketModel.load(model_dir).version
+    reloaded = TicketModel.load(tmp_path / "tuned")
+    assert reloaded.version == tuned.version != report["base_version"]
+    assert reloaded.meta["fine_tuning"][-1]["train_pairs"] == report["train_pairs"]
+
+
+def test_cli_train_with_feedback_writes_a_tuned_model(kb, tmp_path):
+    settings, store, model_dir, data = kb
+    _give_feedback(store, data)
+    env = {"TICKETREC_HOME": str(settings.home), "TICKETREC_MODEL": str(model_dir)}
+    out = tmp_path / "tuned-cli"
+    result = CliRunner().invoke(main, ["train", "--with-feedback", "--out", str(out), "--epochs", "1"], env=env)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout[result.stdout.index("{"):])
+    assert summary["before"] is not None and summary["after"] is not None
+    assert TicketModel.load(out).version == summary["version"]
+
+
+def test_cli_train_with_feedback_and_no_feedback_is_a_clear_error(kb, tmp_path):
+    settings, _, model_dir, _ = kb
+    env = {"TICKETREC_HOME": str(settings.home), "TICKETREC_MODEL": str(model_dir)}
+    result = CliRunner().invoke(main, ["train", "--with-feedback", "--out", str(tmp_path / "x")], env=env)
+    assert result.exit_code == 1
+    assert "no labelled pairs" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_train_without_data_is_a_clear_error(tmp_path):
+    result = CliRunner().invoke(main, ["train", "--out", str(tmp_path / "m")], env={"TICKETREC_HOME": str(tmp_path)})
+    assert result.exit_code == 1 and "--train" in result.output
+
+
+def test_fine_tune_without_pairs_raises(kb, tmp_path):
+    _, store, model_dir, _ = kb
+    with pytest.raises(InputError, match="no labelled pairs"):
+        fine_tune(TicketModel.load(model_dir), feedback_dataset(store), None, None, progress=False)
