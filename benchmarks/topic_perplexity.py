@@ -8,9 +8,9 @@ Prints one markdown table per corpus and the command that reproduces it.
 from __future__ import annotations
 
 import argparse
+import random
 import shlex
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import torch
@@ -18,6 +18,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from recommender.importers import load  # noqa: E402
 from recommender.records import Ticket  # noqa: E402
 from recommender.text import content_words, tokenize  # noqa: E402
 from topic_models.perplexity import build_id_documents, compare, markdown_table  # noqa: E402
@@ -27,25 +28,8 @@ HELDOUT = ["SUB+DESC", "SUB+DESC+SOL"]
 
 
 def read_semeval_tickets(path: Path) -> list[Ticket]:
-    """Related questions of a SemEval-2016 Task 3 file as tickets (the project importer when it exists)."""
-    try:
-        from recommender.importers import load
-    except ImportError:
-        load = None
-    if load is not None:
-        return list(load(path).tickets)
-    # Fallback until recommender.importers lands: SOL = the comments marked Good, or all when none is.
-    tickets, seen = [], set()
-    for thread in ET.parse(path).getroot().iter("Thread"):
-        rel = thread.find("RelQuestion")
-        if rel.get("RELQ_ID") in seen:
-            continue
-        seen.add(rel.get("RELQ_ID"))
-        comments = thread.findall("RelComment")
-        good = [c for c in comments if c.get("RELC_RELEVANCE2RELQ") == "Good"] or comments
-        tickets.append(Ticket(rel.get("RELQ_ID"), rel.findtext("RelQSubject") or "", rel.findtext("RelQBody") or "",
-                              "\n".join(c.findtext("RelCText") or "" for c in good)))
-    return tickets
+    """Related questions of a SemEval-2016 Task 3 file as tickets (SOL = the Good comments, all when none is)."""
+    return list(load(path).tickets)
 
 
 def ticket_tokens(tickets: list[Ticket], with_solution: bool, stop_words: bool) -> list[list[str]]:
@@ -65,6 +49,11 @@ def run(name: str, train: list[Ticket], heldout: list[Ticket], args) -> str:
     train_texts, held_texts = texts(train), texts(heldout)
     words, train_ids, held_ids = build_id_documents(train_texts, held_texts, vocab_from="SUB+DESC+SOL",
                                                     min_count=args.min_count, max_vocab=args.max_vocab)
+    if args.shuffle_words:  # bag-of-words comparison: DocNADE can no longer use the order of template text
+        rng = random.Random(args.seed)
+        shuffle = lambda ds: [rng.sample(d, len(d)) for d in ds]  # noqa: E731
+        train_ids = {k: shuffle(v) for k, v in train_ids.items()}
+        held_ids = {k: shuffle(v) for k, v in held_ids.items()}
     if args.max_doc_len:
         cut = lambda ds: [d[: args.max_doc_len] for d in ds]  # noqa: E731
         train_ids = {k: cut(v) for k, v in train_ids.items()}
@@ -76,7 +65,8 @@ def run(name: str, train: list[Ticket], heldout: list[Ticket], args) -> str:
                    lda_options={"passes": args.passes}, progress=not args.quiet)
     held_words = {h: rows[0][f"{h} words"] for h in HELDOUT}
     return (f"### {name}: {len(train)} training tickets, {len(heldout)} held-out tickets, vocabulary {len(words):,} "
-            f"(min count {args.min_count}{', content words' if not args.stop_words else ''}), {args.topics} topics\n"
+            f"(min count {args.min_count}{', content words' if not args.stop_words else ''}"
+            f"{', words shuffled' if args.shuffle_words else ''}), {args.topics} topics\n"
             f"held-out words: {held_words}\n\n" + markdown_table(rows, HELDOUT))
 
 
@@ -90,9 +80,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-vocab", type=int, default=None)
     parser.add_argument("--max-doc-len", type=int, default=300, help="cut every document (train and held-out) to N tokens")
     parser.add_argument("--stop-words", action="store_true", help="keep stop words (default: content words only)")
+    parser.add_argument("--shuffle-words", action="store_true",
+                        help="shuffle the words of every document (seeded): compare as bags of words, not ordered text")
     parser.add_argument("--softmax", choices=["full", "tree"], default="full")
     parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--passes", type=int, default=20, help="LDA passes")
     parser.add_argument("--seed", type=int, default=0)

@@ -284,14 +284,14 @@ def fit(
     vocab_size: int,
     n_topics: int = 100,
     epochs: int = 20,
-    lr: float = 1e-3,
+    lr: float = 3e-3,
     batch_size: int = 16,
     seed: int = 0,
     dev_docs: Documents | None = None,
     progress: bool = True,
     softmax: str = "full",
     max_doc_len: int | None = 300,
-    patience: int = 3,
+    patience: int = 5,
 ) -> DocNADE:
     """Train DocNADE with Adam on the exact NLL; with `dev_docs`, stop early on dev perplexity and keep the best epoch.
 

@@ -7,12 +7,13 @@ For LDA with fixed topics phi, the exact predictive of the next word is linear i
 
 so it is given by the posterior mean of the document's topic proportions given the words before i only
 (never the word being predicted). We take that mean from gensim's variational inference on the prefix
-(gamma / sum gamma; the prior mean alpha / sum alpha for the first word). To keep it affordable the
-posterior is refreshed at prefix lengths 0, 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (about 2 log2 n per document,
-`refresh="geometric"`) or after every word (`refresh="every"`); between refreshes a word is predicted from
-a shorter prefix, which is still a proper distribution that never sees the word, so the estimate stays
-honest (if anything slightly pessimistic for LDA). Each position's distribution sums to 1 over the
-vocabulary, like DocNADE's, so the two numbers compare directly on the same words.
+(gamma / sum gamma; the prior mean alpha / sum alpha for the first word), recomputed before every
+word (`refresh="every"`, the default). Each position's distribution sums to 1 over the vocabulary and never
+sees the word it predicts, like DocNADE's, so the two numbers compare directly on the same words; and since
+the exact chain rule of an exchangeable model does not depend on word order, neither does this estimate
+(measured: 79.6 ordered vs 79.9 shuffled on synthetic text). `refresh="geometric"` only refreshes at prefix
+lengths 0, 1, 2, 3, 4, 6, 8, 12, 16, ... — much cheaper, still a proper predictive, but far too pessimistic
+on ordered text where words repeat locally (143 vs 80 on the same synthetic text), so only for quick looks.
 
 gensim's own variational bound (`log_perplexity`) is also offered as `bound_perplexity`, for reference only:
 it infers theta from the whole held-out document, words included, and adds corpus-level topic terms.
@@ -72,7 +73,7 @@ class LdaTopicModel:
             out[part] = gamma / gamma.sum(axis=1, keepdims=True)
         return out
 
-    def total_nll(self, docs: Documents, refresh: str = "geometric") -> tuple[float, int]:
+    def total_nll(self, docs: Documents, refresh: str = "every") -> tuple[float, int]:
         """(total NLL in nats, number of words) of `docs` by the chain rule with the prefix posterior mean."""
         self._check_ids(docs)
         phi = self.model.get_topics().astype(np.float64)  # [T, V], rows sum to 1
@@ -97,7 +98,7 @@ class LdaTopicModel:
             words += len(doc)
         return total, words
 
-    def perplexity(self, docs: Documents, refresh: str = "geometric") -> float:
+    def perplexity(self, docs: Documents, refresh: str = "every") -> float:
         """exp(total NLL / total number of words), the same quantity as DocNADE.perplexity (see module doc)."""
         total, words = self.total_nll(docs, refresh)
         if words == 0:
