@@ -77,17 +77,33 @@ def import_(files, fmt: str, quiet: bool) -> None:
 @click.option("--queries", "n_queries", type=click.IntRange(0, 1_000_000), default=100, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="JSONL file to write")
-def synth(n_tickets: int, n_queries: int, seed: int, out: str) -> None:
+@click.option("--dev-out", type=click.Path(dir_okay=False), default=None,
+              help="also write a dev file: the same tickets with the last --dev-queries queries and their pairs")
+@click.option("--dev-queries", type=click.IntRange(1, 1_000_000), default=None,
+              help="queries held out for --dev-out (default: a third of --queries)")
+def synth(n_tickets: int, n_queries: int, seed: int, out: str, dev_out: str | None, dev_queries: int | None) -> None:
     """Write a synthetic industrial-service knowledge base (tickets, queries, graded pairs) as JSONL."""
+    from .store import Dataset
     from .synthetic import generate, write_jsonl
 
     data = generate(n_tickets, n_queries, seed=seed)
-    try:
-        path = write_jsonl(data, out)
-    except OSError as exc:
-        raise TicketrecError(f"cannot write {out}: {exc.strerror or exc}; choose another --out") from exc
-    click.echo(f"wrote {len(data.tickets)} tickets, {len(data.queries)} queries, {len(data.pairs)} pairs to {path}; "
-               f"load them with `ticketrec import {path}`")
+    files = [(data, out)]
+    if dev_out:
+        held = dev_queries or max(1, n_queries // 3)
+        if held >= len(data.queries):
+            raise TicketrecError(f"--dev-queries {held} leaves no training query; ask for fewer than --queries {n_queries}")
+        dev_ids = {q.id for q in data.queries[-held:]}
+        split = [Dataset(data.tickets, [q for q in data.queries if (q.id in dev_ids) == is_dev],
+                         [p for p in data.pairs if (p.query_id in dev_ids) == is_dev], data.source)
+                 for is_dev in (False, True)]
+        files = [(split[0], out), (split[1], dev_out)]
+    for part, target in files:
+        try:
+            path = write_jsonl(part, target)
+        except OSError as exc:
+            raise TicketrecError(f"cannot write {target}: {exc.strerror or exc}; choose another path") from exc
+        click.echo(f"wrote {len(part.tickets)} tickets, {len(part.queries)} queries, {len(part.pairs)} pairs to {path}; "
+                   f"load them with `ticketrec import {path}`")
 
 
 @main.command()

@@ -48,6 +48,21 @@ def test_synth_is_deterministic(cli, tmp_path):
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
 
 
+def test_synth_dev_split_holds_out_queries_over_the_same_tickets(cli, tmp_path):
+    from recommender.importers import load
+
+    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    result = cli("synth", "--tickets", 40, "--queries", 9, "--out", train, "--dev-out", dev, "--dev-queries", 3)
+    assert result.exit_code == 0, result.output
+    a, b = load(train), load(dev)
+    assert [t.id for t in a.tickets] == [t.id for t in b.tickets]
+    assert (len(a.queries), len(b.queries)) == (6, 3)
+    assert not {q.id for q in a.queries} & {q.id for q in b.queries}
+    assert {p.query_id for p in b.pairs} == {q.id for q in b.queries}
+    too_many = cli("synth", "--tickets", 10, "--queries", 3, "--out", train, "--dev-out", dev, "--dev-queries", 3)
+    assert too_many.exit_code == 1 and "no training query" in too_many.output
+
+
 def test_broken_file_leaves_counts_unchanged_and_prints_one_line(cli, tmp_path):
     good = tmp_path / "kb.jsonl"
     assert cli("synth", "--tickets", 30, "--queries", 3, "--out", good).exit_code == 0
