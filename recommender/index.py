@@ -232,14 +232,18 @@ def _reusable(prev: TicketIndex | None, model, dtype: str) -> bool:
 
 
 def build_index(store, model, settings: Settings, incremental: bool = True, float16: bool = False,
-                progress: bool = True, prefilter=None) -> str:
+                progress: bool = True, prefilter=None, workers: int = 1) -> str:
     """Encode the store's tickets into a new immutable index version, verify it, switch CURRENT to it; its name.
 
     Incremental: rows of tickets unchanged since the current version (same model, same dtype) are copied, only
     new or changed tickets are encoded; when nothing changed the current version is returned as is.
     `prefilter`: a BM25 backend whose `index(tickets)` must be fed (Elasticsearch); FTS5 is kept in sync by the
     store itself, so it needs nothing.
+    `workers` > 1 encodes in that many forked processes (the model is shared by fork, not reloaded); the batches
+    are the same as the serial build's, so the matrices are byte-identical.
     """
+    if workers < 1:
+        raise IndexStateError(f"workers must be at least 1, not {workers}")
     root = settings.indexes_dir
     dtype = "float16" if float16 else "float32"
     with _build_lock(root):
@@ -274,7 +278,7 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
         started = time.time()
         try:
             keys = _write_matrices(tmp, store, model, ids, reuse_src, to_encode, prev, np.dtype(dtype), progress,
-                                   prefilter)
+                                   prefilter, workers)
             np.save(tmp / UPDATED_FILE, updated)
             (tmp / IDS_FILE).write_text(json.dumps(ids))
             manifest = {
@@ -308,8 +312,54 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
         return version
 
 
+_WORKER_MODEL = None  # the model a forked encoding worker inherited from the building process
+
+
+def _set_worker_model(model) -> None:
+    global _WORKER_MODEL
+    _WORKER_MODEL = model
+
+
+def _encode_in_worker(tickets: list) -> dict[str, np.ndarray]:
+    return _WORKER_MODEL.encode_tickets(tickets)
+
+
+def _encode_chunks(model, chunks: Iterator[tuple[np.ndarray, list]], workers: int
+                   ) -> Iterator[tuple[np.ndarray, list, dict[str, np.ndarray]]]:
+    """(positions, tickets, encoded) per chunk, in order; `workers` > 1 encodes chunks in forked processes.
+
+    Each chunk is encoded whole by one process with the same batches as the serial path, so results are identical.
+    """
+    if workers <= 1:
+        for positions, tickets in chunks:
+            yield positions, tickets, model.encode_tickets(tickets)
+        return
+    import multiprocessing
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+
+    getattr(model, "_ensure_inference", lambda: None)()  # before the fork, so every worker inherits a ready model
+    ctx = multiprocessing.get_context("fork")
+    pending: deque = deque()
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_set_worker_model,
+                             initargs=(model,)) as pool:
+        try:
+            for positions, tickets in chunks:
+                pending.append((positions, tickets, pool.submit(_encode_in_worker, tickets)))
+                if len(pending) >= 2 * workers:
+                    positions, tickets, future = pending.popleft()
+                    yield positions, tickets, future.result()
+            while pending:
+                positions, tickets, future = pending.popleft()
+                yield positions, tickets, future.result()
+        finally:
+            for _, _, future in pending:
+                future.cancel()
+
+
 def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarray, to_encode: np.ndarray,
-                    prev: TicketIndex | None, dtype: np.dtype, progress: bool, prefilter) -> dict[str, int]:
+                    prev: TicketIndex | None, dtype: np.dtype, progress: bool, prefilter,
+                    workers: int = 1) -> dict[str, int]:
     """Fill one .npy per EncodedBatch key: encoded rows for `to_encode`, copied rows for the rest."""
     n = len(ids)
     mats: dict[str, np.ndarray] = {}
@@ -321,8 +371,7 @@ def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarr
     if prev is not None and len(to_encode) < n:
         allocate({key: mat.shape[1] for key, mat in prev.vectors.items()})
 
-    bar = tqdm(total=len(to_encode), desc="encoding tickets", unit="ticket", disable=not progress)
-    try:
+    def chunks() -> Iterator[tuple[np.ndarray, list]]:
         for start in range(0, len(to_encode), BUILD_BATCH):
             positions = to_encode[start : start + BUILD_BATCH]
             batch_ids = [ids[p] for p in positions]
@@ -331,7 +380,11 @@ def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarr
                 found = {t.id for t in tickets}
                 missing = [tid for tid in batch_ids if tid not in found]
                 raise IndexStateError(f"tickets {missing[:5]} vanished from the store during the build; run it again")
-            encoded = model.encode_tickets(tickets)
+            yield positions, tickets
+
+    bar = tqdm(total=len(to_encode), desc="encoding tickets", unit="ticket", disable=not progress)
+    try:
+        for positions, tickets, encoded in _encode_chunks(model, chunks(), workers):
             if not mats:
                 allocate({key: arr.shape[1] for key, arr in encoded.items()})
             if set(encoded) != set(mats):

@@ -247,27 +247,22 @@ class Featurizer:
 
     def batch(self, items: Sequence[dict[str, list[str]]], extras: dict[str, np.ndarray] | None = None) -> "SideBatch":
         """One batch of one side: the distinct words once, and per component an index into them (cut to max_len)."""
-        words = [""]
-        position = {"": 0}
+        position = {"": 0}  # distinct words in first-seen order (component by component, row by row)
         components = {}
         for comp in items[0].keys() if items else []:
             limit = self.config.max_len[comp]
             cut = [it[comp][:limit] for it in items]
-            width = max(1, max(len(t) for t in cut))
-            index = torch.zeros((len(cut), width), dtype=torch.long)
-            mask = torch.zeros((len(cut), width), dtype=torch.float32)
-            for row, tokens in enumerate(cut):
-                ids = []
-                for tok in tokens:
-                    if tok not in position:
-                        position[tok] = len(words)
-                        words.append(tok)
-                    ids.append(position[tok])
-                if ids:
-                    index[row, : len(ids)] = torch.tensor(ids)
-                    mask[row, : len(ids)] = torch.tensor([0.0 if t == EOS else 1.0 for t in tokens])
-            lengths = torch.tensor([max(1, len(t)) for t in cut])  # an empty text is one padding step
-            components[comp] = ComponentBatch(index, mask, lengths)
+            counts = np.fromiter((len(t) for t in cut), dtype=np.int64, count=len(cut))
+            width = max(1, int(counts.max()))
+            ids = [position.setdefault(tok, len(position)) for tokens in cut for tok in tokens]
+            real = np.arange(width) < counts[:, None]  # [B, T] true where a token sits (row-major = `ids` order)
+            index = np.zeros((len(cut), width), dtype=np.int64)
+            index[real] = ids
+            eos = position.get(EOS, -1)
+            mask = (real & (index != eos)).astype(np.float32)
+            lengths = torch.from_numpy(np.maximum(counts, 1))  # an empty text is one padding step
+            components[comp] = ComponentBatch(torch.from_numpy(index), torch.from_numpy(mask), lengths)
+        words = list(position)
         return SideBatch(WordBatch.build(words, self.vocab, self.chars), components,
                          {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in (extras or {}).items()})
 

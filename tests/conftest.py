@@ -43,7 +43,8 @@ def make_web_app(web_kb):
     settings, _ = web_kb
 
     def make(**config):
-        base = {"TESTING": True, "TICKETREC_SETTINGS": settings, "WTF_CSRF_ENABLED": False}
+        base = {"TESTING": True, "TICKETREC_SETTINGS": settings, "WTF_CSRF_ENABLED": False,
+                "TICKETREC_REPORT_ROOTS": [settings.home / "reports"]}  # not the repository's docs/results
         base.update(config)
         return create_app(base)
 

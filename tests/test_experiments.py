@@ -88,3 +88,15 @@ def test_quick_grid_end_to_end_on_tiny_synthetic_data(tmp_path):
     assert len(preds) == 3
     first = preds[0].read_text().splitlines()[0].split("\t")
     assert len(first) == 5 and first[2] == "0" and first[4] in ("true", "false")
+
+
+def test_a_row_that_cannot_be_configured_fails_before_any_training(tmp_path):
+    from recommender.errors import InputError
+    from recommender.evaluation.experiments import Row, run_experiment
+    from recommender.synthetic import generate, write_jsonl
+
+    data = write_jsonl(generate(n_tickets=30, n_queries=4, seed=2), tmp_path / "d.jsonl")
+    rows = [Row("fine", "", "", preset="e_ml"), Row("broken", "", "", preset="no_such_preset")]
+    with pytest.raises(InputError, match="no_such_preset"):
+        run_experiment(data, data, tmp_path / "out", rows=rows, progress=False)
+    assert not (tmp_path / "out" / "models").exists()

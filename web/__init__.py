@@ -24,7 +24,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     """Build the app from the TICKETREC_* settings; `test_config` overrides any Flask config key.
 
     Extra keys it understands: TICKETREC_SETTINGS (a `Settings`), TICKETREC_ENGINE (a ready engine object),
-    TICKETREC_ENGINE_FACTORY (callable Settings → engine).
+    TICKETREC_ENGINE_FACTORY (callable Settings → engine), TICKETREC_REPORT_ROOTS (folders searched for
+    evaluation reports; default: TICKETREC_HOME/reports and the repository's docs/results).
     """
     app = Flask(__name__)
     test_config = dict(test_config or {})
@@ -42,7 +43,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.json.sort_keys = False
 
     app.extensions["ticketrec"] = TicketrecServices(
-        settings, engine=app.config.get("TICKETREC_ENGINE"), engine_factory=app.config.get("TICKETREC_ENGINE_FACTORY")
+        settings, engine=app.config.get("TICKETREC_ENGINE"), engine_factory=app.config.get("TICKETREC_ENGINE_FACTORY"),
+        report_roots=app.config.get("TICKETREC_REPORT_ROOTS")
     )
     csrf.init_app(app)
     app.teardown_appcontext(lambda _exc: app.extensions["ticketrec"].close_store())

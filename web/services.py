@@ -10,7 +10,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from recommender.config import Settings
 from recommender.errors import TicketrecError
@@ -36,8 +36,12 @@ class RecommendResult:
 class TicketrecServices:
     """The core library as one web app sees it; stored in `app.extensions["ticketrec"]`."""
 
-    def __init__(self, settings: Settings, engine: Any = None, engine_factory: Callable[[Settings], Any] | None = None):
+    def __init__(self, settings: Settings, engine: Any = None, engine_factory: Callable[[Settings], Any] | None = None,
+                 report_roots: Sequence[Path] | None = None):
         self.settings = settings
+        #: Where evaluation reports are looked for: this home's reports/, then the repository's docs/results.
+        self.report_roots = list(report_roots) if report_roots is not None else [
+            settings.home / "reports", Path(__file__).resolve().parents[1] / "docs" / "results"]
         self._engine = engine
         self._engine_factory = engine_factory
         self._engine_lock = threading.Lock()
@@ -185,9 +189,8 @@ class TicketrecServices:
 
     def report_dirs(self) -> list[Path]:
         """Folders that may hold evaluation reports, newest report first."""
-        candidates = list((self.settings.home / "reports").glob("*/report.md"))
-        repo_results = Path(__file__).resolve().parents[1] / "docs" / "results"
-        candidates += list(repo_results.glob("report.md")) + list(repo_results.glob("*/report.md"))
+        candidates = [p for root in self.report_roots for pattern in ("report.md", "*/report.md")
+                      for p in Path(root).glob(pattern)]
         candidates.sort(key=lambda p: p.stat().st_mtime, reverse=True)
         return [p.parent for p in candidates]
 

@@ -77,13 +77,14 @@ def grid_rows(grid: str) -> list[Row]:
         Row("ML+CL", "20", "+ cross-level pairs", preset="ml_cl"),
         Row("ML+CL h/E", "21", "+ weighted channels h 0.8, E 0.2", preset="ml_cl_hE"),
         Row("ML+CL h/E/T", "22", "+ weighted channels h 0.7, E 0.1, T 0.2 (the paper's model)", preset="ml_cl_hET", headline=True),
-        Row("ML+CL h/E/T, grid weights", "", "weights selected on dev by the Table 2 grid", preset="ml_cl_hET",
-            overrides={"weights": "grid"}, headline=True),
+        Row("ML+CL h/E/T, grid weights", "", "weights selected on dev by the Table 2 grid", preset="ml_cl_hET_grid",
+            headline=True),
         Row("ML+CL h/E/T, learned weights", "", "channel and pair weights learned", preset="ml_cl_hET", overrides={"weights": "learn"}),
         Row("+ BM25 channel", "", "h/E/T + BM25, grid weights", preset="ml_cl_hET", overrides={"bm25": 0.3, "weights": "grid"}),
         Row("+ S channel", "", "h/E/T + pretrained S, grid weights", preset="ml_cl_hET",
             overrides={"channels": {"h": 0.7, "E": 0.1, "T": 0.2, "S": 0.3}, "weights": "grid"}),
-        Row("best: h/E/T/S + BM25", "", "all channels, grid weights", preset="ml_cl_hETS", headline=True),
+        Row("best: h/E/T/S + BM25", "", "all channels + BM25, wide dev grid (the product's --pretrained model)",
+            preset="default_s", headline=True),
     ]
     return rows
 
@@ -233,10 +234,30 @@ def _train(row: Row, train: Split, dev: Split, seed: int, out: Path, overrides: 
     if cached.exists():
         kwargs["word_vectors"] = cached
     slug = "".join(c if c.isalnum() else "-" for c in row.name.lower()).strip("-")
-    model = train_model(train.dataset, dev.dataset, config, out / "models" / f"{slug}-seed{seed}", **kwargs)
+    target = out / "models" / f"{slug}-seed{seed}"
+    model = _trained_before(target, config, seed, train, dev)
+    if model is None:
+        model = train_model(train.dataset, dev.dataset, config, target, **kwargs)
     if not cached.exists() and not config.fine_tune_words:
         _export_word_vectors(model, cached)
     return model
+
+
+def _trained_before(target: Path, config, seed: int, train: Split, dev: Split):
+    """The model an interrupted run already saved at `target`, when it has this config, seed and data; else None."""
+    from ..errors import ModelError
+    from ..model import TicketModel
+    from ..training import dataset_fingerprint
+
+    if not (target / "config.json").exists():
+        return None
+    try:
+        model = TicketModel.load(target)
+    except ModelError:
+        return None
+    same = (model.siamese_config.to_dict() == config.to_dict() and model.meta.get("seed") == seed
+            and model.meta.get("data_fingerprint") == dataset_fingerprint(train.dataset, dev.dataset))
+    return model if same else None
 
 
 def _evaluate_system(system, split: Split, k: int, progress: bool) -> tuple[dict, P.ProtocolResult, P.ProtocolResult]:
@@ -273,6 +294,11 @@ def run_experiment(
     rows = list(rows) if rows is not None else grid_rows(grid)
     if seeds < 1:
         raise InputError("--seeds must be at least 1")
+    from ..siamese import SiameseConfig
+
+    for row in rows:  # fail now, not after an hour of training, on a row that cannot be configured
+        if row.kind == "model":
+            SiameseConfig.preset(row.preset, **{**row.overrides, **overrides})
     splits = {"train": _open_split("train", Path(train), out), "dev": _open_split("dev", Path(dev), out)}
     if test is not None:
         splits["test"] = _open_split("test", Path(test), out)
