@@ -111,7 +111,7 @@ def render_markdown(results: dict, plots: Sequence[str]) -> str:
         if succ:
             parts += ["Success rate (the paper's Figure 4, KB protocol, top 10): " +
                       ", ".join(f"{k} {v:.2f}" for k, v in succ.items()), ""]
-    parts += ["## Rows", "", "| model | paper row | what it is | seeds | model versions |", "|---|---|---|---|---|"]
+    parts += ["## Rows", "", "| model | paper row | what it is | seed(s) used | model versions |", "|---|---|---|---|---|"]
     for r in rows:
         versions = ", ".join(f"`{v[:12]}`" for v in r.get("model_versions", []) if v) or "–"
         parts.append(f"| {r['name']} | {r.get('paper_row', '') or '–'} | {r.get('description', '')} | "
