@@ -393,7 +393,7 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
 # Serving: index, reindex, recommend, worker, beat                             (recommender.index, .engine; workers)
 # ---------------------------------------------------------------------------------------------
 
-def _build_index_here(model_dir, full: bool, float16: bool) -> dict:
+def _build_index_here(model_dir, full: bool, float16: bool, workers: int | None = None) -> dict:
     """Build an index version in this process and describe the version that serves afterwards."""
     import time
     from pathlib import Path
@@ -412,7 +412,7 @@ def _build_index_here(model_dir, full: bool, float16: bool) -> dict:
 
             prefilter = make_prefilter(cfg, store)
         version = build_index(store, model, cfg, incremental=not full, float16=float16, progress=True,
-                              prefilter=prefilter)
+                              prefilter=prefilter, workers=workers)
     finally:
         store.close()
     index = open_current(cfg)
@@ -427,9 +427,11 @@ def _build_index_here(model_dir, full: bool, float16: bool) -> dict:
               help="model directory (default: TICKETREC_MODEL)")
 @click.option("--full", is_flag=True, help="encode every ticket again (default: only new or changed tickets)")
 @click.option("--float16", is_flag=True, help="store the vectors as float16 (half the memory, ~1e-3 relative error)")
-def index(model_dir, full: bool, float16: bool) -> None:
+@click.option("--workers", type=click.IntRange(1, 64), default=None,
+              help="encoding processes (default: TICKETREC_INDEX_WORKERS, or one per CPU core up to 4)")
+def index(model_dir, full: bool, float16: bool, workers: int | None) -> None:
     """Build a new ticket index version and switch to it once it is complete and verified."""
-    echo_json(_build_index_here(model_dir, full, float16))
+    echo_json(_build_index_here(model_dir, full, float16, workers))
 
 
 @main.command()

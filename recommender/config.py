@@ -20,6 +20,7 @@ ENV_VARS = {
     "TICKETREC_SHARDS": ("2", "index shards fanned out over Celery workers"),
     "TICKETREC_QUERY_DEADLINE": ("2.0", "seconds a distributed query may take before falling back to in-process scoring"),
     "TICKETREC_KEEP_INDEXES": ("3", "index versions kept on disk"),
+    "TICKETREC_INDEX_WORKERS": ("0", "processes that encode tickets during an index build; 0 = one per CPU core (at most 4)"),
     "TICKETREC_REINDEX_AT": ("02:30", "time of the nightly reindex (HH:MM, local time of the beat process)"),
     "TICKETREC_MAX_DESCRIPTION": ("20000", "longest accepted query description in characters"),
     "TICKETREC_SECRET_KEY": ("", "Flask secret key (CSRF); a random one per process when empty"),
@@ -49,6 +50,7 @@ class Settings:
     shards: int = 2
     query_deadline: float = 2.0
     keep_indexes: int = 3
+    index_workers: int = 0
     reindex_at: str = "02:30"
     max_description: int = 20000
     secret_key: str = ""
@@ -60,6 +62,13 @@ class Settings:
     @property
     def indexes_dir(self) -> Path:
         return self.home / "indexes"
+
+    @property
+    def encoding_processes(self) -> int:
+        """How many processes an index build encodes in: `index_workers`, or one per usable core (at most 4)."""
+        if self.index_workers > 0:
+            return self.index_workers
+        return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -78,6 +87,7 @@ class Settings:
             shards=_number(env, "TICKETREC_SHARDS", "2"),
             query_deadline=_number(env, "TICKETREC_QUERY_DEADLINE", "2.0", float),
             keep_indexes=_number(env, "TICKETREC_KEEP_INDEXES", "3"),
+            index_workers=_number(env, "TICKETREC_INDEX_WORKERS", "0"),
             reindex_at=env.get("TICKETREC_REINDEX_AT") or "02:30",
             max_description=_number(env, "TICKETREC_MAX_DESCRIPTION", "20000"),
             secret_key=env.get("TICKETREC_SECRET_KEY", ""),

@@ -107,14 +107,13 @@ class WordBatch:
     def build(cls, words: Sequence[str], vocab: Vocabulary, chars: CharVocabulary) -> "WordBatch":
         """`words` must be distinct and start with the padding word ''."""
         encoded = [chars.encode(w) for w in words]
-        width = max(1, max((len(e) for e in encoded), default=1))
-        char_ids = torch.zeros((len(words), width), dtype=torch.long)
-        for i, e in enumerate(encoded):
-            if e:
-                char_ids[i, : len(e)] = torch.tensor(e)
+        lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+        width = max(1, int(lengths.max(initial=1)))
+        char_ids = np.zeros((len(words), width), dtype=np.int64)
+        char_ids[np.arange(width) < lengths[:, None]] = [c for e in encoded for c in e]
         vocab_ids = torch.tensor([PAD_ID if i == 0 else vocab.id(w) for i, w in enumerate(words)], dtype=torch.long)
         idf = torch.tensor([0.0 if i == 0 else vocab.idf_of(w) for i, w in enumerate(words)], dtype=torch.float32)
-        return cls(list(words), vocab_ids, char_ids, torch.tensor([len(e) for e in encoded]), idf)
+        return cls(list(words), vocab_ids, torch.from_numpy(char_ids), torch.from_numpy(lengths), idf)
 
 
 class CharBiLSTM(nn.Module):
@@ -182,21 +181,28 @@ class WordEmbedder(nn.Module):
         return torch.cat([w, c], dim=1)
 
 
-def sum_emb(vectors: torch.Tensor, mask: torch.Tensor, idf: torch.Tensor, norm: str = "idf_l2") -> torch.Tensor:
-    """SumEMB E of each text: [B, T, D] word vectors, [B, T] mask of real words, [B, T] IDF → [B, D].
+def sum_emb(words: torch.Tensor, index: torch.Tensor, mask: torch.Tensor, idf: torch.Tensor,
+            norm: str = "idf_l2") -> torch.Tensor:
+    """SumEMB E of each text: [U, D] distinct word vectors, [B, T] index into them, [B, T] mask of real words,
+    [U] IDF of each distinct word → [B, D].
 
     "sum" is the paper's raw sum; "mean" divides by the word count; "idf_l2" (default) is the
     IDF-weighted mean (stop words weigh 0) scaled to unit L2 length, which keeps exp(−‖·‖₁) away from 0.
+    Computed as a [B, U] word-weight matrix times the word vectors, so no [B, T, D] copy is made.
     """
+    if norm not in E_NORMS:
+        raise ValueError(f"unknown E normalisation {norm!r}; use one of {', '.join(E_NORMS)}")
+    weight = mask * idf[index] if norm == "idf_l2" else mask
+    per_word = torch.zeros((index.shape[0], words.shape[0]), dtype=words.dtype, device=words.device)
+    per_word.scatter_add_(1, index, weight)
+    summed = per_word @ words
     if norm == "sum":
-        return (vectors * mask.unsqueeze(-1)).sum(1)
+        return summed
+    total = weight.sum(1, keepdim=True)
     if norm == "mean":
-        return (vectors * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).clamp(min=1.0)
-    if norm == "idf_l2":
-        w = idf * mask
-        mean = (vectors * w.unsqueeze(-1)).sum(1) / w.sum(1, keepdim=True).clamp(min=1e-6)
-        return mean / mean.norm(dim=1, keepdim=True).clamp(min=1e-6)
-    raise ValueError(f"unknown E normalisation {norm!r}; use one of {', '.join(E_NORMS)}")
+        return summed / total.clamp(min=1.0)
+    mean = summed / total.clamp(min=1e-6)
+    return mean / mean.norm(dim=1, keepdim=True).clamp(min=1e-6)
 
 
 def is_boundary(token: str) -> bool:

@@ -232,7 +232,7 @@ def _reusable(prev: TicketIndex | None, model, dtype: str) -> bool:
 
 
 def build_index(store, model, settings: Settings, incremental: bool = True, float16: bool = False,
-                progress: bool = True, prefilter=None, workers: int = 1) -> str:
+                progress: bool = True, prefilter=None, workers: int | None = None) -> str:
     """Encode the store's tickets into a new immutable index version, verify it, switch CURRENT to it; its name.
 
     Incremental: rows of tickets unchanged since the current version (same model, same dtype) are copied, only
@@ -240,8 +240,10 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
     `prefilter`: a BM25 backend whose `index(tickets)` must be fed (Elasticsearch); FTS5 is kept in sync by the
     store itself, so it needs nothing.
     `workers` > 1 encodes in that many forked processes (the model is shared by fork, not reloaded); the batches
-    are the same as the serial build's, so the matrices are byte-identical.
+    are the same as the serial build's, so the matrices are byte-identical. None: `settings.encoding_processes`.
     """
+    if workers is None:
+        workers = settings.encoding_processes
     if workers < 1:
         raise IndexStateError(f"workers must be at least 1, not {workers}")
     root = settings.indexes_dir
@@ -271,6 +273,7 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
                 log.info("index %s is up to date (%d tickets); nothing to build", prev.version, len(ids))
                 return prev.version
         to_encode = np.flatnonzero(reuse_src < 0)
+        workers = min(workers, -(-len(to_encode) // BUILD_BATCH) or 1)  # a small build is not worth a fork
 
         version = _new_version_name(list_versions(settings))
         tmp = root / f"{_TMP_PREFIX}{version}"
@@ -315,9 +318,28 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
 _WORKER_MODEL = None  # the model a forked encoding worker inherited from the building process
 
 
-def _set_worker_model(model) -> None:
+def _set_worker_model(model, parent: int) -> None:
+    import torch
+
     global _WORKER_MODEL
     _WORKER_MODEL = model
+    torch.set_num_threads(1)  # one process per core; and OpenMP thread pools do not survive a fork
+    _die_with_parent(parent)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have Linux kill this encoding worker when the build process dies (even by SIGKILL), so a killed build
+    leaves no orphans behind; elsewhere the pool's own shutdown has to do."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the call above took effect
+        os._exit(1)
 
 
 def _encode_in_worker(tickets: list) -> dict[str, np.ndarray]:
@@ -330,11 +352,15 @@ def _encode_chunks(model, chunks: Iterator[tuple[np.ndarray, list]], workers: in
 
     Each chunk is encoded whole by one process with the same batches as the serial path, so results are identical.
     """
+    import multiprocessing
+
+    if workers > 1 and multiprocessing.current_process().daemon:
+        log.info("encoding in this process: a daemonic process (a Celery prefork child) cannot start workers")
+        workers = 1
     if workers <= 1:
         for positions, tickets in chunks:
             yield positions, tickets, model.encode_tickets(tickets)
         return
-    import multiprocessing
     from collections import deque
     from concurrent.futures import ProcessPoolExecutor
 
@@ -342,7 +368,7 @@ def _encode_chunks(model, chunks: Iterator[tuple[np.ndarray, list]], workers: in
     ctx = multiprocessing.get_context("fork")
     pending: deque = deque()
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_set_worker_model,
-                             initargs=(model,)) as pool:
+                             initargs=(model, os.getpid())) as pool:
         try:
             for positions, tickets in chunks:
                 pending.append((positions, tickets, pool.submit(_encode_in_worker, tickets)))

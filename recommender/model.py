@@ -155,7 +155,7 @@ class TicketModel:
             return "\n".join(fields[p] for p in parts if fields.get(p))
         return fields[comp]
 
-    def encode_prepared(self, prepared: Prepared, batch_size: int = 64, progress: bool = False) -> EncodedBatch:
+    def encode_prepared(self, prepared: Prepared, batch_size: int = 256, progress: bool = False) -> EncodedBatch:
         """Channel vectors of prepared texts, in batches, without gradients."""
         self._ensure_inference()
         n = len(prepared.tokens)
@@ -169,11 +169,11 @@ class TicketModel:
             return {}
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
-    def encode_queries(self, queries: Sequence[Query], batch_size: int = 64, progress: bool = False) -> EncodedBatch:
+    def encode_queries(self, queries: Sequence[Query], batch_size: int = 256, progress: bool = False) -> EncodedBatch:
         """EncodedBatch of queries: "SUB.h", "DESC.E", ... (only the components and channels the model uses)."""
         return self.encode_prepared(self.prepare(queries, "query", progress), batch_size, progress)
 
-    def encode_tickets(self, tickets: Sequence[Ticket], batch_size: int = 64, progress: bool = False) -> EncodedBatch:
+    def encode_tickets(self, tickets: Sequence[Ticket], batch_size: int = 256, progress: bool = False) -> EncodedBatch:
         """EncodedBatch of tickets: "SUB.h", "SOL.E", ... (computed once, at index time)."""
         return self.encode_prepared(self.prepare(tickets, "ticket", progress), batch_size, progress)
 

@@ -19,7 +19,7 @@ def test_every_variable_is_read(tmp_path):
         "TICKETREC_PREFILTER": "Elasticsearch", "TICKETREC_ES_URL": "http://127.0.0.1:9200", "TICKETREC_ES_INDEX": "idx",
         "TICKETREC_BROKER_URL": "redis://127.0.0.1:6379/0", "TICKETREC_CANDIDATES": "0", "TICKETREC_SHARDS": "4",
         "TICKETREC_QUERY_DEADLINE": "0.5", "TICKETREC_KEEP_INDEXES": "2", "TICKETREC_REINDEX_AT": "03:15",
-        "TICKETREC_MAX_DESCRIPTION": "100", "TICKETREC_SECRET_KEY": "k",
+        "TICKETREC_MAX_DESCRIPTION": "100", "TICKETREC_SECRET_KEY": "k", "TICKETREC_INDEX_WORKERS": "3",
     }
     assert set(env) == set(ENV_VARS)
     s = Settings.from_env(env)
@@ -27,6 +27,8 @@ def test_every_variable_is_read(tmp_path):
     assert (s.prefilter, s.es_url, s.es_index, s.broker_url) == ("elasticsearch", env["TICKETREC_ES_URL"], "idx", env["TICKETREC_BROKER_URL"])
     assert (s.candidates, s.shards, s.query_deadline, s.keep_indexes) == (0, 4, 0.5, 2)
     assert (s.reindex_at, s.max_description, s.secret_key) == ("03:15", 100, "k")
+    assert s.index_workers == 3 and s.encoding_processes == 3
+    assert 1 <= s.replace(index_workers=0).encoding_processes <= 4
     assert s.replace(candidates=5).candidates == 5 and s.candidates == 0
 
 

@@ -97,13 +97,20 @@ def test_word_embedder_cache_gives_the_same_vectors_as_the_char_bilstm():
 
 
 def test_sum_emb_normalisations():
-    v = torch.tensor([[[1.0, 0.0], [0.0, 2.0], [5.0, 5.0]]])  # one text, 3 positions
-    mask = torch.tensor([[1.0, 1.0, 0.0]])  # the third is padding
-    idf = torch.tensor([[3.0, 1.0, 9.0]])
-    assert torch.allclose(sum_emb(v, mask, idf, "sum"), torch.tensor([[1.0, 2.0]]))
-    assert torch.allclose(sum_emb(v, mask, idf, "mean"), torch.tensor([[0.5, 1.0]]))
+    words = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0], [5.0, 5.0]])  # distinct words; row 0 pads
+    idf = torch.tensor([0.0, 3.0, 1.0, 9.0])
+    index = torch.tensor([[1, 2, 0], [2, 2, 3]])  # text 1: two words + padding; text 2: a word twice, one masked
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    assert torch.allclose(sum_emb(words, index, mask, idf, "sum"), torch.tensor([[1.0, 2.0], [0.0, 4.0]]))
+    assert torch.allclose(sum_emb(words, index, mask, idf, "mean"), torch.tensor([[0.5, 1.0], [0.0, 2.0]]))
     weighted = torch.tensor([3.0, 2.0]) / 4
-    assert torch.allclose(sum_emb(v, mask, idf, "idf_l2"), (weighted / weighted.norm()).unsqueeze(0))
-    assert sum_emb(v, mask, idf, "idf_l2").norm().item() == pytest.approx(1.0)
+    e = sum_emb(words, index, mask, idf, "idf_l2")
+    assert torch.allclose(e[0], weighted / weighted.norm())
+    assert torch.allclose(e[1], torch.tensor([0.0, 1.0]))
+    assert e.norm(dim=1).tolist() == pytest.approx([1.0, 1.0])
+    # the same as gathering every position's vector and summing (the textbook definition)
+    w = mask * idf[index]
+    textbook = (words[index] * w.unsqueeze(-1)).sum(1) / w.sum(1, keepdim=True)
+    assert torch.allclose(e, textbook / textbook.norm(dim=1, keepdim=True), atol=1e-6)
     with pytest.raises(ValueError, match="idf_l2"):
-        sum_emb(v, mask, idf, "max")
+        sum_emb(words, index, mask, idf, "max")

@@ -167,3 +167,38 @@ def test_bad_configs_say_what_to_fix(changes, message):
         SiameseConfig().replace(**changes)
     with pytest.raises(InputError, match="unknown preset"):
         SiameseConfig.preset("best")
+
+
+def test_inference_lstm_equals_the_packed_nn_lstm():
+    """`lstm_last_state` (eval mode) computes what the packed nn.LSTM (training mode) computes."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    from recommender.siamese import lstm_last_state
+
+    torch.manual_seed(3)
+    lstm = torch.nn.LSTM(7, 5, batch_first=True)
+    words = torch.randn(30, 7)
+    words[0] = 0.0  # padding word
+    lengths = torch.tensor([4, 1, 9, 9, 2, 6, 1, 3])
+    index = torch.randint(1, 30, (len(lengths), 9))
+    index[torch.arange(9) >= lengths[:, None]] = 0
+    with torch.no_grad():
+        fast = lstm_last_state(lstm, words, index, lengths)
+        packed = pack_padded_sequence(words[index], lengths, batch_first=True, enforce_sorted=False)
+        _, (h_n, _) = lstm(packed)
+    assert fast.shape == (8, 5)
+    assert torch.allclose(fast, h_n[-1], atol=1e-6)
+
+
+def test_eval_encoding_equals_the_training_graph_without_dropout():
+    net, featurizer = build(small(channels={"h": 0.7, "E": 0.3}))
+    batch = featurizer.batch([featurizer.ticket_tokens(Ticket(f"t{i}", t, t + " " + t, t))
+                              for i, t in enumerate(TEXTS)])
+    net.train()  # dropout is 0.0: the training graph computes the same function
+    trained = {k: v.detach() for k, v in net.encode(batch).items()}
+    net.eval()
+    with torch.no_grad():
+        inferred = net.encode(batch)
+    assert trained.keys() == inferred.keys()
+    for key in trained:
+        assert torch.allclose(trained[key], inferred[key], atol=1e-5), key
