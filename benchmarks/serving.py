@@ -4,11 +4,12 @@ against the machine's memory-scan rate, and the precomputed path against the nai
     .venv/bin/python benchmarks/serving.py                      # 10k, 100k and 1M tickets (one table)
     .venv/bin/python benchmarks/serving.py --sizes 10000,100000 --queries 30
 
-Synthetic knowledge bases come from `recommender.synthetic.generate`. Sizes above --build-max are not generated
-and encoded: their matrices are the --build-max build's rows replicated (the store and the BM25 pre-filter then
-hold the --build-max tickets); the table says so in its `note` column. The model has the paper's dimensions
-(h 50, E 350, T 100) and is trained briefly on a small synthetic set: its quality does not matter here, its shape
-does. Runs single-threaded (torch and BLAS one thread), as on a loaded 2-core machine.
+Every size is a real synthetic knowledge base from `recommender.synthetic.generate`: imported into the store,
+encoded and indexed (vectors and BM25 postings), then queried. The model has the paper's dimensions (h 50, E 350,
+T 100) and is trained briefly on a small synthetic set: its quality does not matter here, its shape does. Torch
+and BLAS run one thread per process; the build encodes in one process per core (TICKETREC_INDEX_WORKERS).
+The default pre-filter is the index's own BM25 postings; the FTS5 column times the store's FTS5 pre-filter
+alone on the same queries, for comparison.
 """
 from __future__ import annotations
 
@@ -57,34 +58,6 @@ def train_bench_model(out: Path, seed: int) -> Path:
     return out
 
 
-def replicate_index(settings: Settings, base_version: str, n: int) -> str:
-    """A new index version of n rows made by tiling the rows of `base_version` (ids repeat)."""
-    from recommender.index import MANIFEST, IDS_FILE, UPDATED_FILE, open_version, switch_current, _new_version_name, \
-        list_versions
-
-    base = open_version(settings, base_version)
-    m = len(base)
-    version = _new_version_name(list_versions(settings))
-    tmp = settings.indexes_dir / f".tmp-{version}"
-    tmp.mkdir()
-    reps = -(-n // m)
-    for key, mat in base.vectors.items():
-        out = np.lib.format.open_memmap(tmp / f"{key}.npy", mode="w+", dtype=mat.dtype, shape=(n, mat.shape[1]))
-        for r in range(reps):
-            start, stop = r * m, min(n, (r + 1) * m)
-            out[start:stop] = mat[: stop - start]
-        out.flush()
-        del out
-    ids = (base.ticket_ids * reps)[:n]
-    (tmp / IDS_FILE).write_text(json.dumps(ids))
-    np.save(tmp / UPDATED_FILE, np.resize(np.asarray(base.updated_at), n))
-    manifest = dict(base.manifest, version=version, n_tickets=n, replicated_from=base_version)
-    (tmp / MANIFEST).write_text(json.dumps(manifest))
-    os.rename(tmp, settings.indexes_dir / version)
-    switch_current(settings, version)
-    return version
-
-
 class CeleryCluster:
     """A private redis-server and one `ticketrec worker --concurrency 2` for the Celery rows."""
 
@@ -128,16 +101,19 @@ class CeleryCluster:
 WARMUP = 5  # untimed queries before timing: a serving process is long-running (warm memory maps, numba, caches)
 
 
-def time_queries(engine, queries, k=10) -> tuple[list[float], dict]:
+def time_queries(engine, queries, k=10) -> tuple[list[float], dict, dict]:
+    """(seconds per query, answering modes, median ms per stage) after WARMUP untimed queries."""
     for q in queries[:WARMUP]:
         engine.recommend(q, k=k)
-    times, modes = [], {}
+    times, modes, stages = [], {}, {}
     for q in queries:
         t = time.perf_counter()
         engine.recommend(q, k=k)
         times.append(time.perf_counter() - t)
         modes[engine.last_info["mode"]] = modes.get(engine.last_info["mode"], 0) + 1
-    return times, modes
+        for stage, seconds in engine.last_info["timings"].items():
+            stages.setdefault(stage, []).append(seconds * 1000.0)
+    return times, modes, {stage: round(float(np.median(v)), 1) for stage, v in stages.items()}
 
 
 def scan_rates(index, spec, query_vecs, repeats=3) -> tuple[float, float]:
@@ -191,12 +167,12 @@ def naive_vs_precomputed(engine, queries, k_candidates: int) -> tuple[float, flo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated knowledge-base sizes")
-    ap.add_argument("--build-max", type=int, default=100_000, help="largest KB generated and encoded; bigger "
-                                                                  "sizes replicate its rows")
     ap.add_argument("--queries", type=int, default=50, help="timed queries per row")
     ap.add_argument("--naive-queries", type=int, default=3, help="queries for the naive path (slow)")
     ap.add_argument("--no-celery", action="store_true", help="skip the Celery rows")
-    ap.add_argument("--build-workers", type=int, default=1, help="encoding processes of the index build")
+    ap.add_argument("--build-workers", type=int, default=None,
+                    help="encoding processes of the index build (default: one per core, as `ticketrec index`)")
+    ap.add_argument("--fts5-queries", type=int, default=10, help="queries timed on the FTS5 pre-filter alone")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--workdir", default=None, help="where homes are built (default: a temp dir, deleted)")
     args = ap.parse_args()
@@ -207,6 +183,7 @@ def main() -> None:
     from recommender.engine import Recommender
     from recommender.index import build_index, open_current
     from recommender.model import TicketModel
+    from recommender.prefilter import Fts5Prefilter
     from recommender.scoring import HAVE_NUMBA
     from recommender.store import Dataset, Store
     from recommender.synthetic import generate
@@ -221,46 +198,37 @@ def main() -> None:
     queries = [Query(q.subject, q.description) for q in queries_ds.queries][: args.queries]
 
     rows_out = []
-    built: dict[int, tuple[str, float, Path]] = {}  # build size → (version, rate, home)
     try:
         for n in sizes:
-            build_n = min(n, args.build_max)
-            if build_n not in built:
-                home = workdir / f"home-{build_n}"
-                env = {"TICKETREC_HOME": str(home), "TICKETREC_MODEL": str(model_dir)}
-                settings = Settings.from_env(env)
-                store = Store(settings.db)
-                print(f"generating {build_n} tickets", file=sys.stderr)
-                store.import_dataset(Dataset(generate(n_tickets=build_n, n_queries=0, seed=args.seed).tickets,
-                                             source="bench"))
-                t = time.perf_counter()
-                version = build_index(store, model, settings, incremental=False, progress=True,
-                                      workers=args.build_workers)
-                rate = build_n / (time.perf_counter() - t)
-                store.close()
-                built[build_n] = (version, rate, home)
-            version, rate, home = built[build_n]
+            home = workdir / f"home-{n}"
             env = {"TICKETREC_HOME": str(home), "TICKETREC_MODEL": str(model_dir)}
             settings = Settings.from_env(env)
-            note = ""
-            if n > build_n:
-                print(f"replicating {build_n} → {n} rows", file=sys.stderr)
-                replicate_index(settings, version, n)
-                note = (f"REPLICATED: the {build_n // 1000}k encoded rows tiled ×{-(-n // build_n)} (ids repeat); "
-                        f"store/BM25 hold {build_n // 1000}k; build rate is the {build_n // 1000}k build's")
-            else:
-                from recommender.index import switch_current
-
-                switch_current(settings, version)
             store = Store(settings.db)
-            row = {"tickets": n, "build": rate, "note": note}
+            print(f"generating and importing {n:,} tickets", file=sys.stderr)
+            tickets = generate(n_tickets=n, n_queries=0, seed=args.seed).tickets
+            t = time.perf_counter()
+            store.import_dataset(Dataset(tickets, source="bench"))
+            import_rate = n / (time.perf_counter() - t)
+            del tickets
+            store.close()
+            store = Store(settings.db)
+            t = time.perf_counter()
+            build_index(store, model, settings, incremental=False, progress=True, workers=args.build_workers)
+            rate = n / (time.perf_counter() - t)
+            workers = args.build_workers or settings.encoding_processes
+            row = {"tickets": n, "import": import_rate, "build": rate, "build_workers": workers}
+            fts5 = Fts5Prefilter(store)
+            fts5_times = []
+            for q in queries[: args.fts5_queries]:
+                t = time.perf_counter()
+                fts5.candidates(f"{q.subject}\n{q.description}", 1000)
+                fts5_times.append(time.perf_counter() - t)
+            row["fts5_p50"] = percentile(fts5_times, 50)
             for k_cand in (1000, 0):
                 engine = Recommender(settings.replace(candidates=k_cand), store=store, model=model)
-                times, _ = time_queries(engine, queries)
+                times, _, stages = time_queries(engine, queries)
                 row[f"p50_K{k_cand}"], row[f"p95_K{k_cand}"] = percentile(times, 50), percentile(times, 95)
-                if k_cand == 1000:
-                    parts = engine.last_info["timings"]
-                    row["last_parts"] = {p: round(v * 1000, 1) for p, v in parts.items()}
+                row[f"stages_K{k_cand}"] = stages
             engine = Recommender(settings.replace(candidates=0), store=store, model=model)
             index = open_current(settings)
             qv = model.encode_queries([queries[0]])
@@ -273,7 +241,7 @@ def main() -> None:
                     for k_cand in (1000, 0):
                         remote = Recommender(settings.replace(candidates=k_cand, broker_url=cluster.url,
                                                               query_deadline=30.0), store=store, model=model)
-                        times, modes = time_queries(remote, queries)
+                        times, modes, _ = time_queries(remote, queries)
                         if set(modes) != {"celery"}:
                             raise RuntimeError(f"Celery rows fell back in-process: {modes} "
                                                f"({remote.last_info.get('fallback_reason')})")
@@ -291,33 +259,35 @@ def main() -> None:
 
 
 def print_table(rows, args) -> None:
-    def f(v, fmt="{:,.0f}"):
-        return "–" if v is None else fmt.format(v)
+    def pair(r, a, b):
+        return f"{r[a]:.1f} / {r[b]:.1f}" if a in r else "–"
 
     print()
     print(f"ticketrec serving benchmark — {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, numpy {np.__version__}; single-threaded scoring; "
+          f"Python {platform.python_version()}, numpy {np.__version__}; one thread per process; "
           f"{args.queries} queries, k=10")
     head = ("| tickets | build tickets/s | p50/p95 ms K=1000 | p50/p95 ms K=0 | Celery(2) p50/p95 ms K=1000 | "
             "Celery(2) p50/p95 ms K=0 | exhaustive scoring tickets/s | memory scan tickets/s | scoring/scan | "
-            "naive ms/query | precomputed ms/query | speed-up | note |")
+            "naive ms/query | precomputed ms/query | speed-up | FTS5 pre-filter p50 ms |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
-        cel1 = f"{r['cel_p50_K1000']:.1f} / {r['cel_p95_K1000']:.1f}" if "cel_p50_K1000" in r else "–"
-        cel0 = f"{r['cel_p50_K0']:.1f} / {r['cel_p95_K0']:.1f}" if "cel_p50_K0" in r else "–"
-        print(f"| {r['tickets']:,} | {f(r['build'])} | {r['p50_K1000']:.1f} / {r['p95_K1000']:.1f} | "
-              f"{r['p50_K0']:.1f} / {r['p95_K0']:.1f} | {cel1} | {cel0} | {f(r['score_rate'])} | {f(r['scan_rate'])} | "
-              f"{r['score_rate'] / r['scan_rate']:.0%} | {r['naive_s'] * 1000:.0f} | {r['fast_s'] * 1000:.2f} | "
-              f"{r['naive_s'] / r['fast_s']:,.0f}× | {r['note']} |")
+        print(f"| {r['tickets']:,} | {r['build']:,.0f} | {pair(r, 'p50_K1000', 'p95_K1000')} | {pair(r, 'p50_K0', 'p95_K0')} | "
+              f"{pair(r, 'cel_p50_K1000', 'cel_p95_K1000')} | {pair(r, 'cel_p50_K0', 'cel_p95_K0')} | "
+              f"{r['score_rate']:,.0f} | {r['scan_rate']:,.0f} | {r['score_rate'] / r['scan_rate']:.0%} | "
+              f"{r['naive_s'] * 1000:.0f} | {r['fast_s'] * 1000:.2f} | {r['naive_s'] / r['fast_s']:,.0f}× | "
+              f"{r['fts5_p50']:.0f} |")
     print()
-    print(f"Index build with {args.build_workers} encoding process(es). Every latency is measured after {WARMUP} untimed "
-          "warm-up queries, and the precomputed path after one untimed pass over the same rows (warm memory map, "
-          "as in a long-running server); cold first reads are not in these figures.")
-    print("Latency = Recommender.recommend end to end (encode query, BM25 pre-filter, score, fetch, explain); "
-          "K=0 scores every ticket. Build = fetch + encode + write of a full build. Speed-up = naive "
-          "(fetch + re-encode the 1,000 candidates + score) over precomputed (score the 1,000 stored rows).")
-    print("Last K=1000 query, ms per stage:", {r["tickets"]: r.get("last_parts") for r in rows})
+    print("Build = a full build of a knowledge base already in the store (fetch, tokenise, encode, BM25 postings, "
+          f"write, verify) with {', '.join(str(r['build_workers']) for r in rows)} encoding process(es); "
+          f"importing into the store ran at {', '.join(format(r['import'], ',.0f') for r in rows)} tickets/s.")
+    print(f"Latency = Recommender.recommend end to end (encode the query, BM25 pre-filter on the index's postings, "
+          f"score, fetch, explain), measured after {WARMUP} untimed warm-up queries; K=0 scores every ticket. "
+          "Speed-up = naive (fetch + re-encode the 1,000 candidates + score) over precomputed (score the 1,000 "
+          "stored rows, after one untimed pass over them). FTS5 column: the store's FTS5 pre-filter alone "
+          f"(K=1000, {args.fts5_queries} queries), for comparison.")
+    print("Median ms per stage, K=1000:", {r["tickets"]: r.get("stages_K1000") for r in rows})
+    print("Median ms per stage, K=0:", {r["tickets"]: r.get("stages_K0") for r in rows})
     print("Command: .venv/bin/python benchmarks/serving.py " + " ".join(sys.argv[1:]))
 
 

@@ -134,11 +134,17 @@ def _one_line(text: str, width: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON.")
 def search(text: str, k: int, as_json: bool) -> None:
     """BM25 candidates for TEXT: rank, score, ticket id, subject and a solution snippet (no model needed)."""
-    from .prefilter import make_prefilter
+    from .errors import IndexStateError
+    from .prefilter import Fts5Prefilter, make_prefilter
 
     with open_store() as store:
         prefilter = make_prefilter(settings(), store)
-        hits = prefilter.candidates(text, k)
+        try:
+            hits = prefilter.candidates(text, k)
+        except IndexStateError as exc:  # no index built yet: the store's own FTS5 index answers
+            click.echo(f"note: {exc}; searching the store's FTS5 index instead", err=True)
+            prefilter = Fts5Prefilter(store)
+            hits = prefilter.candidates(text, k)
         tickets = {t.id: t for t in store.get_tickets([tid for tid, _ in hits])}
         empty = not hits and store.stats()["tickets"] == 0
     rows = [(rank, score, tickets[tid]) for rank, (tid, score) in enumerate(hits, 1) if tid in tickets]
@@ -407,7 +413,7 @@ def _build_index_here(model_dir, full: bool, float16: bool, workers: int | None 
     try:
         model = TicketModel.load(Path(model_dir) if model_dir else cfg.model)
         prefilter = None
-        if cfg.prefilter != "fts5":
+        if cfg.prefilter in ("elasticsearch", "es"):  # FTS5 and the index's postings need no feeding
             from .prefilter import make_prefilter
 
             prefilter = make_prefilter(cfg, store)

@@ -12,7 +12,7 @@ ENV_VARS = {
     "TICKETREC_HOME": ("~/.ticketrec", "where the database, models and indexes live"),
     "TICKETREC_DB": ("$TICKETREC_HOME/ticketrec.sqlite3", "the SQLite database (tickets, queries, pairs, feedback, FTS5)"),
     "TICKETREC_MODEL": ("$TICKETREC_HOME/models/current", "the model directory the engine serves"),
-    "TICKETREC_PREFILTER": ("fts5", "BM25 pre-filter backend: fts5 (embedded) or elasticsearch"),
+    "TICKETREC_PREFILTER": ("index", "BM25 pre-filter backend: index (the postings in each index version), fts5 (SQLite) or elasticsearch"),
     "TICKETREC_ES_URL": ("", "Elasticsearch URL; empty means not used"),
     "TICKETREC_ES_INDEX": ("ticketrec-tickets", "Elasticsearch index name"),
     "TICKETREC_BROKER_URL": ("", "Redis URL of the Celery broker and result backend; empty means in-process scoring"),
@@ -42,7 +42,7 @@ class Settings:
     home: Path
     db: Path
     model: Path
-    prefilter: str = "fts5"
+    prefilter: str = "index"
     es_url: str = ""
     es_index: str = "ticketrec-tickets"
     broker_url: str = ""
@@ -79,7 +79,7 @@ class Settings:
             home=home,
             db=Path(env.get("TICKETREC_DB") or home / "ticketrec.sqlite3").expanduser(),
             model=Path(env.get("TICKETREC_MODEL") or home / "models" / "current").expanduser(),
-            prefilter=(env.get("TICKETREC_PREFILTER") or "fts5").lower(),
+            prefilter=(env.get("TICKETREC_PREFILTER") or "index").lower(),
             es_url=env.get("TICKETREC_ES_URL", ""),
             es_index=env.get("TICKETREC_ES_INDEX") or "ticketrec-tickets",
             broker_url=env.get("TICKETREC_BROKER_URL", ""),

@@ -190,6 +190,9 @@ class Recommender:
         k = self.settings.candidates
         if k <= 0:
             return None, None
+        if self.settings.prefilter == "index":  # this index version's own postings: rows directly, same version
+            rows, scores = index.bm25.top_k(f"{query.subject}\n{query.description}", k)
+            return (rows, scores.astype(np.float32)) if rows.size else (None, None)
         try:
             hits = self.prefilter.candidates(f"{query.subject}\n{query.description}", k)
         except ServiceUnavailable as exc:

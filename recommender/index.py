@@ -1,8 +1,9 @@
 """Immutable index versions of precomputed ticket vectors under TICKETREC_HOME/indexes/, switched atomically.
 
 A version directory holds `ticket_ids.json`, `updated_at.npy` (each ticket's store timestamp, for incremental
-builds), one memory-mappable `.npy` per EncodedBatch key (`SUB.h.npy`, `DESC.E.npy`, ...) and `manifest.json`
-(model fingerprint, counts, dtype, metric spec, pre-filter backend). A build writes into a hidden temporary
+builds), one memory-mappable `.npy` per EncodedBatch key (`SUB.h.npy`, `DESC.E.npy`, ...), the BM25 postings
+of the same tickets (`bm25_*`, see `bm25_postings`) and `manifest.json` (model fingerprint, counts, dtype,
+metric spec, BM25 statistics). A build writes into a hidden temporary
 directory, verifies it, renames it into place and only then points `CURRENT` at it (temp file + os.replace),
 so a failed, interrupted or killed build leaves the previous version serving.
 """
@@ -22,12 +23,13 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from .bm25_postings import Bm25Postings, PostingsBuilder, ticket_terms
 from .config import Settings
 from .errors import IndexStateError
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: BM25 postings in every version
 CURRENT_FILE = "CURRENT"
 MANIFEST = "manifest.json"
 IDS_FILE = "ticket_ids.json"
@@ -51,6 +53,7 @@ class TicketIndex:
         self.vectors = vectors
         self.updated_at = updated_at
         self._rows: dict[str, int] | None = None
+        self._bm25: Bm25Postings | None = None
 
     @property
     def version(self) -> str:
@@ -67,6 +70,13 @@ class TicketIndex:
 
     def __len__(self) -> int:
         return len(self.ticket_ids)
+
+    @property
+    def bm25(self) -> Bm25Postings:
+        """The version's BM25 postings (opened on first use): the embedded pre-filter over these rows."""
+        if self._bm25 is None:
+            self._bm25 = Bm25Postings.open(self.path, self.manifest.get("bm25"), len(self))
+        return self._bm25
 
     @property
     def row_of(self) -> dict[str, int]:
@@ -280,7 +290,7 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
         tmp.mkdir(parents=True)
         started = time.time()
         try:
-            keys = _write_matrices(tmp, store, model, ids, reuse_src, to_encode, prev, np.dtype(dtype), progress,
+            keys, bm25_stats = _write_matrices(tmp, store, model, ids, reuse_src, to_encode, prev, np.dtype(dtype), progress,
                                    prefilter, workers)
             np.save(tmp / UPDATED_FILE, updated)
             (tmp / IDS_FILE).write_text(json.dumps(ids))
@@ -298,10 +308,12 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
                 "dtype": dtype,
                 "keys": keys,
                 "prefilter": settings.prefilter,
+                "bm25": bm25_stats,
                 "build_seconds": round(time.time() - started, 3),
             }
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
             built = TicketIndex.open(tmp)  # verify: shapes, counts, loadable files
+            built.bm25  # noqa: B018 - opening verifies the postings
             if built.model_version != model.version or len(built) != len(ids):
                 raise IndexStateError(f"the build in {tmp} did not verify; the current index is unchanged")
             os.rename(tmp, root / version)
@@ -342,13 +354,18 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _encode_in_worker(tickets: list) -> dict[str, np.ndarray]:
-    return _WORKER_MODEL.encode_tickets(tickets)
+def _encode(model, tickets: list) -> tuple[dict[str, np.ndarray], object]:
+    """A chunk's vectors and its BM25 term counts (both are per-ticket work, so both go to the workers)."""
+    return model.encode_tickets(tickets), ticket_terms(tickets)
+
+
+def _encode_in_worker(tickets: list) -> tuple[dict[str, np.ndarray], object]:
+    return _encode(_WORKER_MODEL, tickets)
 
 
 def _encode_chunks(model, chunks: Iterator[tuple[np.ndarray, list]], workers: int
-                   ) -> Iterator[tuple[np.ndarray, list, dict[str, np.ndarray]]]:
-    """(positions, tickets, encoded) per chunk, in order; `workers` > 1 encodes chunks in forked processes.
+                   ) -> Iterator[tuple[np.ndarray, list, tuple]]:
+    """(positions, tickets, (encoded, terms)) per chunk, in order; `workers` > 1 encodes in forked processes.
 
     Each chunk is encoded whole by one process with the same batches as the serial path, so results are identical.
     """
@@ -359,7 +376,7 @@ def _encode_chunks(model, chunks: Iterator[tuple[np.ndarray, list]], workers: in
         workers = 1
     if workers <= 1:
         for positions, tickets in chunks:
-            yield positions, tickets, model.encode_tickets(tickets)
+            yield positions, tickets, _encode(model, tickets)
         return
     from collections import deque
     from concurrent.futures import ProcessPoolExecutor
@@ -385,10 +402,12 @@ def _encode_chunks(model, chunks: Iterator[tuple[np.ndarray, list]], workers: in
 
 def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarray, to_encode: np.ndarray,
                     prev: TicketIndex | None, dtype: np.dtype, progress: bool, prefilter,
-                    workers: int = 1) -> dict[str, int]:
-    """Fill one .npy per EncodedBatch key: encoded rows for `to_encode`, copied rows for the rest."""
+                    workers: int = 1) -> tuple[dict[str, int], dict]:
+    """Fill one .npy per EncodedBatch key and the BM25 postings: encoded rows for `to_encode`, copied rows for
+    the rest. Returns the matrix widths and the BM25 statistics."""
     n = len(ids)
     mats: dict[str, np.ndarray] = {}
+    postings = PostingsBuilder(n)
 
     def allocate(shapes: dict[str, int]) -> None:
         for key, dim in shapes.items():
@@ -410,7 +429,7 @@ def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarr
 
     bar = tqdm(total=len(to_encode), desc="encoding tickets", unit="ticket", disable=not progress)
     try:
-        for positions, tickets, encoded in _encode_chunks(model, chunks(), workers):
+        for positions, tickets, (encoded, terms) in _encode_chunks(model, chunks(), workers):
             if not mats:
                 allocate({key: arr.shape[1] for key, arr in encoded.items()})
             if set(encoded) != set(mats):
@@ -423,6 +442,7 @@ def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarr
                 if not np.isfinite(arr).all():
                     raise IndexStateError(f"the model produced non-finite {key} vectors; check the model, then rebuild")
                 mats[key][positions] = arr
+            postings.add(positions, terms)
             if prefilter is not None:
                 prefilter.index(tickets, progress=False)
             bar.update(len(positions))
@@ -437,6 +457,11 @@ def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarr
             dst = reused[start : start + step]
             mat[dst] = src_mat[reuse_src[dst]]
         mat.flush()
+    if len(reused):
+        new_row_of_prev = np.full(len(prev), -1, np.int64)
+        new_row_of_prev[reuse_src[reused]] = reused
+        postings.add_reused(prev.bm25, new_row_of_prev)
+    bm25_stats = postings.write(tmp)
     shapes = {key: int(mat.shape[1]) for key, mat in mats.items()}
     mats.clear()
-    return shapes
+    return shapes, bm25_stats

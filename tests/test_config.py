@@ -10,7 +10,7 @@ def test_defaults_derive_from_home(tmp_path):
     assert s.db == tmp_path / "ticketrec.sqlite3"
     assert s.model == tmp_path / "models" / "current"
     assert s.indexes_dir == tmp_path / "indexes"
-    assert (s.prefilter, s.candidates, s.max_description, s.broker_url) == ("fts5", 1000, 20000, "")
+    assert (s.prefilter, s.candidates, s.max_description, s.broker_url) == ("index", 1000, 20000, "")
 
 
 def test_every_variable_is_read(tmp_path):

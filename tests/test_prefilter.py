@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from recommender.config import Settings
 from recommender.errors import TicketrecError
 from recommender.prefilter import (
-    MAX_QUERY_TERMS, ElasticsearchPrefilter, Fts5Prefilter, fts5_match_expression, make_prefilter, query_terms,
+    MAX_QUERY_TERMS, ElasticsearchPrefilter, Fts5Prefilter, IndexPrefilter, fts5_match_expression, make_prefilter, query_terms,
 )
 from recommender.records import Ticket
 from recommender.store import Dataset, Store
@@ -162,12 +162,13 @@ def test_term_cap_uses_fresh_document_frequencies(store):
 
 def test_make_prefilter_picks_backend(store):
     base = Settings(home=store.path.parent, db=store.path, model=store.path.parent / "m")
-    assert isinstance(make_prefilter(base, store), Fts5Prefilter)
+    assert isinstance(make_prefilter(base, store), IndexPrefilter)
+    assert isinstance(make_prefilter(base.replace(prefilter="fts5"), store), Fts5Prefilter)
     es = make_prefilter(base.replace(prefilter="elasticsearch", es_url="http://localhost:9200"), store)
     assert isinstance(es, ElasticsearchPrefilter) and es.alias == base.es_index
     with pytest.raises(TicketrecError, match="TICKETREC_ES_URL"):
         make_prefilter(base.replace(prefilter="elasticsearch"), store)
-    with pytest.raises(TicketrecError, match="fts5 or elasticsearch"):
+    with pytest.raises(TicketrecError, match="index, fts5 or elasticsearch"):
         make_prefilter(base.replace(prefilter="lucene"), store)
 
 
@@ -190,10 +191,11 @@ def test_cli_search(cli_env):
         s.import_dataset(Dataset(list(TICKETS)))
     out = runner.invoke(main, ["search", 'diode "bridge* NEAR(', "-k", "3"])
     assert out.exit_code == 0, out.output
-    first = out.output.splitlines()[1]
+    assert "no ticket index" in out.stderr and "FTS5" in out.stderr  # no index built yet: the store's FTS5 answers
+    first = out.stdout.splitlines()[1]
     assert "AUX-6" in first and "Generator excitation fault" in first
-    assert "Replace the diode bridge" in out.output.splitlines()[2]
-    as_json = json.loads(runner.invoke(main, ["search", "oil valve", "--json", "-k", "2"]).output)
+    assert "Replace the diode bridge" in out.stdout.splitlines()[2]
+    as_json = json.loads(runner.invoke(main, ["search", "oil valve", "--json", "-k", "2"]).stdout)
     assert [h["rank"] for h in as_json["hits"]] == [1, 2] and as_json["prefilter"]["backend"] == "fts5"
     assert as_json["hits"][0]["bm25"] >= as_json["hits"][1]["bm25"] > 0
     none = runner.invoke(main, ["search", "zzzz"])

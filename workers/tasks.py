@@ -45,7 +45,7 @@ def reindex(self, full: bool = False) -> dict:
     try:
         model = TicketModel.load(settings.model)
         prefilter = None
-        if settings.prefilter != "fts5":
+        if settings.prefilter in ("elasticsearch", "es"):  # FTS5 and the index's postings need no feeding
             from recommender.prefilter import make_prefilter
 
             prefilter = make_prefilter(settings, store)

@@ -1,0 +1,265 @@
+"""BM25 postings stored in every index version: the embedded pre-filter that stays fast at a million tickets.
+
+FTS5 answers an OR query by scoring, one row at a time, every ticket that holds any query term, so a query of
+common words costs hundreds of milliseconds at 100k tickets. Here each index version carries an inverted index
+over exactly the tickets of its vectors (same rows), and a query adds its terms' postings into one accumulator
+in a compiled loop (numba), then keeps the K best rows.
+
+The score is FTS5's own `bm25()` (fts5_aux.c) with the same column weights, so both backends rank alike:
+
+    score(q, d) = Σ_t IDF(t) · f(t,d)·(k1 + 1) / (f(t,d) + k1·(1 − b + b·|d| / avgdl))
+    f(t,d) = Σ_columns weight · count of t in the column      |d| = tokens of all three columns
+    IDF(t) = ln((N − n(t) + 0.5) / (n(t) + 0.5)), or 1e-6 where that is ≤ 0
+
+Terms are the query words of `prefilter.query_terms` (FTS5's unicode61 split, stop words dropped) reduced to their
+Porter stems (`fts5_stem`), k1 = 1.2 and b = 0.75. Stop words are counted in |d| but get no postings (no query
+holds them). Files of a version directory:
+
+    bm25_terms.json   the terms; a term's id is its position
+    bm25_ptr.npy      int64 [T + 1]: term t's postings are [ptr[t], ptr[t+1])
+    bm25_rows.npy     int32 [P]: the index rows holding the term
+    bm25_tf.npy       float32 [P]: their weighted term frequency f(t, d)
+    bm25_length.npy   float32 [N]: every row's length |d| in tokens
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .errors import IndexStateError
+from .prefilter import (BM25_B, BM25_K1, DEFAULT_WEIGHTS, FIELDS, MAX_QUERY_TERMS, fts5_stem, query_terms,
+                        select_terms, term_tokens)
+from .records import Ticket
+from .text import STOP_WORDS
+
+TERMS_FILE = "bm25_terms.json"
+ARRAYS = ("ptr", "rows", "tf", "length")
+_RUN_INDEX = "run `ticketrec index --full` to rebuild it"
+
+try:  # the fast path; the numpy path below computes the same scores
+    import numba
+
+    @numba.njit(nogil=True, cache=True)
+    def _accumulate(ptr, rows, tf, norm, term_ids, idfs, k1p1, acc, touched):  # pragma: no cover - compiled
+        n_touched = 0
+        for q in range(term_ids.shape[0]):
+            t = term_ids[q]
+            idf = idfs[q]
+            for j in range(ptr[t], ptr[t + 1]):
+                r = rows[j]
+                f = tf[j]
+                if acc[r] == 0.0:  # every contribution is > 0, so 0 means "not seen yet"
+                    touched[n_touched] = r
+                    n_touched += 1
+                acc[r] += idf * f * k1p1 / (f + norm[r])
+        return n_touched
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - depends on the environment
+    HAVE_NUMBA = False
+
+
+# -- documents → terms ------------------------------------------------------------------------------------------
+@dataclass
+class ChunkTerms:
+    """The postings of a chunk of tickets, with chunk-local term ids (merged by `PostingsBuilder.add`)."""
+
+    terms: list[str]  # local term id → term
+    docs: np.ndarray  # int32 [p]: position of the ticket in the chunk
+    term_ids: np.ndarray  # int32 [p]: local term id
+    tf: np.ndarray  # float32 [p]: weighted term frequency
+    lengths: np.ndarray  # float32 [n]: tokens per ticket
+
+
+def ticket_terms(tickets: Sequence[Ticket], weights: Sequence[float] = DEFAULT_WEIGHTS) -> ChunkTerms:
+    """Weighted term frequencies and lengths of a chunk of tickets (runs in the encoding workers)."""
+    local: dict[str, int] = {}
+    docs: list[int] = []
+    term_ids: list[int] = []
+    tfs: list[float] = []
+    lengths = np.zeros(len(tickets), dtype=np.float32)
+    for i, ticket in enumerate(tickets):
+        freq: Counter = Counter()
+        length = 0
+        for text, weight in zip((ticket.subject, ticket.description, ticket.solution), weights):
+            tokens = term_tokens(text)
+            length += len(tokens)
+            if weight:
+                for token, count in Counter(tokens).items():  # each distinct word once
+                    if token not in STOP_WORDS:
+                        freq[fts5_stem(token)] += weight * count
+        lengths[i] = length
+        for term, f in freq.items():
+            docs.append(i)
+            term_ids.append(local.setdefault(term, len(local)))
+            tfs.append(f)
+    return ChunkTerms(list(local), np.asarray(docs, np.int32), np.asarray(term_ids, np.int32),
+                      np.asarray(tfs, np.float32), lengths)
+
+
+class PostingsBuilder:
+    """Collects the postings of one index build (new chunks and rows reused from the previous version), then
+    writes them term by term."""
+
+    def __init__(self, n_rows: int, weights: Sequence[float] = DEFAULT_WEIGHTS):
+        self.n_rows = n_rows
+        self.weights = tuple(float(w) for w in weights)
+        self.term_id: dict[str, int] = {}
+        self.lengths = np.zeros(n_rows, dtype=np.float32)
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (rows, term ids, tf)
+
+    def _global_ids(self, terms: Sequence[str]) -> np.ndarray:
+        ids = self.term_id
+        return np.fromiter((ids.setdefault(t, len(ids)) for t in terms), dtype=np.int32, count=len(terms))
+
+    def add(self, rows: np.ndarray, chunk: ChunkTerms) -> None:
+        """The postings of freshly tokenised tickets; `rows[i]` is the index row of the chunk's ticket i."""
+        rows = np.asarray(rows, dtype=np.int32)
+        mapping = self._global_ids(chunk.terms)
+        self._parts.append((rows[chunk.docs], mapping[chunk.term_ids], chunk.tf))
+        self.lengths[rows] = chunk.lengths
+
+    def add_reused(self, prev: "Bm25Postings", new_row_of_prev: np.ndarray) -> None:
+        """Copy the postings of the previous version's rows that the new version keeps (`new_row_of_prev[r]`
+        is the new row of old row r, or -1 for a row that was dropped or is encoded again)."""
+        if prev.weights != self.weights:
+            raise IndexStateError(f"the previous index's BM25 weights {prev.weights} differ from {self.weights}; "
+                                  "build without reuse (`ticketrec index --full`)")
+        mapping = self._global_ids(prev.terms)
+        kept_rows = np.flatnonzero(new_row_of_prev >= 0)
+        self.lengths[new_row_of_prev[kept_rows]] = prev.length[kept_rows]
+        step = 1 << 24  # bounded temporary memory at millions of postings
+        for start in range(0, len(prev.rows), step):
+            stop = min(len(prev.rows), start + step)
+            old_rows = np.asarray(prev.rows[start:stop])
+            new_rows = new_row_of_prev[old_rows]
+            keep = new_rows >= 0
+            terms = np.searchsorted(prev.ptr, np.arange(start, stop), side="right") - 1
+            self._parts.append((new_rows[keep].astype(np.int32), mapping[terms[keep]], np.asarray(prev.tf[start:stop])[keep]))
+
+    def write(self, directory: Path) -> dict:
+        """Write the five files into `directory`; the statistics for the manifest."""
+        n_terms = len(self.term_id)
+        rows = np.concatenate([p[0] for p in self._parts]) if self._parts else np.zeros(0, np.int32)
+        terms = np.concatenate([p[1] for p in self._parts]) if self._parts else np.zeros(0, np.int32)
+        tf = np.concatenate([p[2] for p in self._parts]) if self._parts else np.zeros(0, np.float32)
+        self._parts.clear()
+        order = np.argsort(terms, kind="stable")  # rows stay in arrival order within a term
+        ptr = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(np.bincount(terms, minlength=n_terms), out=ptr[1:])
+        np.save(directory / "bm25_ptr.npy", ptr)
+        np.save(directory / "bm25_rows.npy", rows[order])
+        np.save(directory / "bm25_tf.npy", tf[order])
+        np.save(directory / "bm25_length.npy", self.lengths)
+        (directory / TERMS_FILE).write_text(json.dumps(list(self.term_id)), encoding="utf-8")
+        return {"k1": BM25_K1, "b": BM25_B, "weights": list(self.weights), "n_terms": n_terms,
+                "n_postings": int(len(rows)), "avgdl": float(self.lengths.mean()) if self.n_rows else 0.0}
+
+
+# -- querying ---------------------------------------------------------------------------------------------------
+class Bm25Postings:
+    """The memory-mapped postings of one index version; `top_k` is the pre-filter."""
+
+    def __init__(self, terms: list[str], arrays: dict[str, np.ndarray], stats: dict, max_terms: int = MAX_QUERY_TERMS):
+        self.terms = terms
+        self.term_id = {t: i for i, t in enumerate(terms)}
+        self.ptr, self.rows, self.tf, self.length = (arrays[a] for a in ARRAYS)
+        self.k1, self.b = float(stats["k1"]), float(stats["b"])
+        self.weights = tuple(float(w) for w in stats["weights"])
+        self.max_terms = max_terms
+        self.n_docs = len(self.length)
+        avgdl = float(np.mean(self.length, dtype=np.float64)) if self.n_docs else 1.0
+        self.norm = (self.k1 * (1.0 - self.b + self.b * np.asarray(self.length, np.float64) / max(avgdl, 1e-9)))
+        self.df = np.diff(self.ptr)
+
+    @classmethod
+    def open(cls, directory: str | Path, stats: dict | None, n_rows: int) -> "Bm25Postings":
+        """Open the postings of a version directory (memory-mapped); IndexStateError when missing or corrupt."""
+        directory = Path(directory)
+        if not stats:
+            raise IndexStateError(f"index {directory} has no BM25 postings (built by an older ticketrec); {_RUN_INDEX}")
+        try:
+            terms = json.loads((directory / TERMS_FILE).read_text(encoding="utf-8"))
+            arrays = {a: np.load(directory / f"bm25_{a}.npy", mmap_mode="r") for a in ARRAYS}
+        except (OSError, ValueError) as exc:
+            raise IndexStateError(f"the BM25 postings of index {directory} are missing or corrupt ({exc}); {_RUN_INDEX}") from exc
+        ptr = arrays["ptr"]
+        problems = []
+        if ptr.shape != (len(terms) + 1,) or (len(ptr) and (ptr[0] != 0 or ptr[-1] != len(arrays["rows"]))):
+            problems.append(f"bm25_ptr.npy has shape {ptr.shape} for {len(terms)} terms")
+        if arrays["tf"].shape != arrays["rows"].shape:
+            problems.append("bm25_tf.npy and bm25_rows.npy differ in length")
+        if arrays["length"].shape != (n_rows,):
+            problems.append(f"bm25_length.npy has shape {arrays['length'].shape}, not ({n_rows},)")
+        if problems:
+            raise IndexStateError(f"the BM25 postings of index {directory} are inconsistent ({'; '.join(problems)}); {_RUN_INDEX}")
+        return cls(terms, arrays, stats)
+
+    def params(self) -> dict:
+        return {"backend": "index", "k1": self.k1, "b": self.b, "weights": dict(zip(FIELDS, self.weights)),
+                "max_terms": self.max_terms, "tokenizer": "unicode61-like + porter (stop words dropped)"}
+
+    def query_plan(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """(term ids, IDFs) of the query's terms that the index holds, as FTS5 would weigh them (one per distinct
+        query word; two words with one stem count twice, like two FTS5 phrases)."""
+        counts = query_terms(text)
+        if len(counts) > self.max_terms:
+            df = {t: int(self.df[self.term_id[s]]) if (s := fts5_stem(t)) in self.term_id else 0 for t in counts}
+            words = select_terms(counts, df, self.n_docs, self.max_terms)
+        else:
+            words = list(counts)
+        ids = [self.term_id[s] for s in (fts5_stem(w) for w in words) if s in self.term_id]
+        ids = [i for i in ids if self.df[i] > 0]
+        n = self.n_docs
+        idfs = [math.log((n - self.df[i] + 0.5) / (self.df[i] + 0.5)) for i in ids]
+        return np.asarray(ids, np.int64), np.asarray([x if x > 0 else 1e-6 for x in idfs], np.float64)
+
+    def scores(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, BM25 scores) of every row holding at least one query term, in no particular order."""
+        term_ids, idfs = self.query_plan(text)
+        if len(term_ids) == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        if HAVE_NUMBA:
+            acc = np.zeros(self.n_docs, dtype=np.float64)
+            touched = np.empty(self.n_docs, dtype=np.int32)
+            n = _accumulate(self.ptr, self.rows, self.tf, self.norm, term_ids, idfs, self.k1 + 1.0, acc, touched)
+            rows = touched[:n].astype(np.int64)
+            return rows, acc[rows]
+        acc = np.zeros(self.n_docs, dtype=np.float64)  # pragma: no cover - without numba
+        for t, idf in zip(term_ids, idfs):
+            sl = slice(int(self.ptr[t]), int(self.ptr[t + 1]))
+            r, f = np.asarray(self.rows[sl]), np.asarray(self.tf[sl], np.float64)
+            np.add.at(acc, r, idf * f * (self.k1 + 1.0) / (f + self.norm[r]))
+        rows = np.flatnonzero(acc)
+        return rows, acc[rows]
+
+    def top_k(self, text: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k best rows for `text` and their BM25 scores, best first (ties: lower row first, like FTS5's
+        rowid order); empty arrays when no query word is indexed."""
+        rows, scores = self.scores(text)
+        if k <= 0 or len(rows) == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        if len(rows) > k:
+            part = np.argpartition(-scores, k - 1)[:k]
+            threshold = scores[part].min()
+            above = np.flatnonzero(scores > threshold)
+            tied = np.flatnonzero(scores == threshold)
+            tied = tied[np.argsort(rows[tied], kind="stable")][: k - len(above)]
+            keep = np.concatenate([above, tied])
+            rows, scores = rows[keep], scores[keep]
+        order = np.lexsort((rows, -scores))
+        return rows[order], scores[order]
+
+    def score_rows(self, text: str, rows: Iterable[int]) -> np.ndarray:
+        """BM25 of `text` against the given rows (0.0 for a row that shares no term)."""
+        rows = np.asarray(list(rows), dtype=np.int64)
+        all_rows, all_scores = self.scores(text)
+        dense = np.zeros(self.n_docs, dtype=np.float64)
+        dense[all_rows] = all_scores
+        return dense[rows]

@@ -1,0 +1,127 @@
+"""The BM25 postings of an index version: FTS5's scores, exact top K, incremental reuse, clear errors."""
+import time
+
+import numpy as np
+import pytest
+
+from recommender.bm25_postings import PostingsBuilder, ticket_terms
+from recommender.config import Settings
+from recommender.engine import Recommender
+from recommender.errors import IndexStateError
+from recommender.index import TicketIndex, build_index, open_current
+from recommender.prefilter import Fts5Prefilter, IndexPrefilter
+from recommender.records import Query, Ticket
+from recommender.store import Dataset, Store
+
+QUERIES = ["turbine vibration after restart", "Valve leaks at the seal; pressure drops", "oil filter pump hot",
+           'NEAR("bearing" OR -temperature*) ^exhaust: spread', "the and of"]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model):
+    from recommender.model import TicketModel
+
+    return TicketModel.load(tiny_model[0])
+
+
+@pytest.fixture
+def home(tmp_path, tiny_model):
+    settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "home"), "TICKETREC_MODEL": str(tiny_model[0])})
+    store = Store(settings.db)
+    store.import_dataset(Dataset(tiny_model[1].tickets, source="kb"))
+    yield settings, store
+    store.close()
+
+
+def _fts5_scores(store, text):
+    return dict(Fts5Prefilter(store).candidates(text, 10_000))
+
+
+def test_scores_are_fts5_bm25_scores(home, model):
+    settings, store = home
+    build_index(store, model, settings, progress=False)
+    idx = open_current(settings)
+    for text in QUERIES:
+        rows, scores = idx.bm25.scores(text)
+        ours = {idx.ticket_ids[r]: s for r, s in zip(rows, scores)}
+        theirs = _fts5_scores(store, text)
+        assert ours.keys() == theirs.keys(), text  # the same tickets match
+        for tid, s in theirs.items():
+            assert ours[tid] == pytest.approx(s, rel=1e-9), (text, tid)
+    assert idx.bm25.scores("the and of")[0].size == 0  # stop words only: nothing to search
+
+
+def test_top_k_is_exact_best_first_ties_by_row(home, model):
+    settings, store = home
+    build_index(store, model, settings, progress=False)
+    bm25 = open_current(settings).bm25
+    rows, scores = bm25.scores(QUERIES[0])
+    for k in (1, 5, len(rows), len(rows) + 10):
+        top_rows, top_scores = bm25.top_k(QUERIES[0], k)
+        expected = sorted(zip(rows.tolist(), scores.tolist()), key=lambda x: (-x[1], x[0]))[:k]
+        assert list(zip(top_rows.tolist(), top_scores.tolist())) == expected
+    assert bm25.top_k(QUERIES[0], 0)[0].size == 0
+    assert bm25.top_k("zzzunknownword", 10)[0].size == 0
+
+
+def test_incremental_postings_equal_a_full_build(home, model):
+    settings, store = home
+    build_index(store, model, settings, progress=False)
+    changed = store.get_ticket(store.ticket_ids()[5])
+    changed.subject = "Turbine vibration after restart, seal replaced"
+    time.sleep(0.01)
+    store.import_dataset(Dataset([changed, Ticket("NEW-1", "Valve leaks", "Steam leaks at the valve stem.",
+                                                  "Tighten the packing.")], source="update"))
+    build_index(store, model, settings, progress=False)
+    incremental = open_current(settings)
+    assert incremental.manifest["reused"] > 0 and incremental.manifest["encoded"] == 2
+    build_index(store, model, settings, incremental=False, progress=False)
+    full = open_current(settings)
+    assert full.manifest["reused"] == 0
+    for text in QUERIES[:4]:
+        a = dict(zip((incremental.ticket_ids[r] for r in incremental.bm25.scores(text)[0]), incremental.bm25.scores(text)[1]))
+        b = dict(zip((full.ticket_ids[r] for r in full.bm25.scores(text)[0]), full.bm25.scores(text)[1]))
+        assert a.keys() == b.keys() and all(a[t] == pytest.approx(b[t], rel=1e-12) for t in a)
+        assert a == pytest.approx(_fts5_scores(store, text), rel=1e-9)
+
+
+def test_term_counts_weigh_the_subject_double_and_lengths_count_every_token():
+    tickets = [Ticket("a", "pump", "pump leaks", ""), Ticket("b", "Valve", "valve stuck", "oil the valves")]
+    chunk = ticket_terms(tickets)
+    assert chunk.lengths.tolist() == [3.0, 6.0]  # stop words ("the") count in the length
+    per_ticket = [{chunk.terms[t]: f for d, t, f in zip(chunk.docs, chunk.term_ids, chunk.tf.tolist()) if d == i}
+                  for i in range(2)]
+    assert per_ticket == [{"pump": 2 * 1 + 1, "leak": 1.0}, {"valv": 2 * 1 + 1 + 1, "stuck": 1.0, "oil": 1.0}]
+    builder = PostingsBuilder(3)
+    builder.add(np.array([2, 0]), chunk)  # chunk rows land on the index rows they are given
+    assert builder.lengths.tolist() == [6.0, 0.0, 3.0]
+
+
+def test_missing_or_corrupt_postings_say_to_rebuild(home, model):
+    settings, store = home
+    version = build_index(store, model, settings, progress=False)
+    path = settings.indexes_dir / version
+    np.save(path / "bm25_length.npy", np.zeros(3, np.float32))
+    with pytest.raises(IndexStateError, match="inconsistent.*ticketrec index --full"):
+        TicketIndex.open(path).bm25
+    (path / "bm25_tf.npy").unlink()
+    with pytest.raises(IndexStateError, match="missing or corrupt.*ticketrec index --full"):
+        TicketIndex.open(path).bm25
+
+
+def test_engine_and_cli_search_use_the_index_postings_by_default(home, model):
+    settings, store = home
+    assert settings.prefilter == "index"
+    build_index(store, model, settings, progress=False)
+    engine = Recommender(settings, store=store, model=model)
+    results = engine.recommend(Query("turbine vibration", "high vibration on the turbine after restart"), k=5)
+    assert len(results) == 5 and all(r.bm25 is not None and r.bm25 > 0 for r in results)
+    fts5 = Recommender(settings.replace(prefilter="fts5"), store=store, model=model)
+    same = fts5.recommend(Query("turbine vibration", "high vibration on the turbine after restart"), k=5)
+    assert [r.ticket.id for r in same] == [r.ticket.id for r in results]  # same candidates, same answer
+    assert [r.bm25 for r in same] == pytest.approx([r.bm25 for r in results], rel=1e-6)
+    prefilter = IndexPrefilter(settings)
+    hits = prefilter.candidates(QUERIES[1], 3)
+    assert [tid for tid, _ in hits] == [tid for tid, _ in Fts5Prefilter(store).candidates(QUERIES[1], 3)]
+    assert prefilter.score_tickets(QUERIES[1], [hits[0][0], "nope"]) == {hits[0][0]: pytest.approx(hits[0][1]), "nope": 0.0}
+    assert prefilter.count() == len(store.ticket_ids()) and prefilter.params()["backend"] == "index"
