@@ -3,9 +3,9 @@
 A version directory holds `ticket_ids.json`, `updated_at.npy` (each ticket's store timestamp, for incremental
 builds), one memory-mappable `.npy` per EncodedBatch key (`SUB.h.npy`, `DESC.E.npy`, ...), the BM25 postings
 of the same tickets (`bm25_*`, see `bm25_postings`) and `manifest.json` (model fingerprint, counts, dtype,
-metric spec, BM25 statistics). A build writes into a hidden temporary
-directory, verifies it, renames it into place and only then points `CURRENT` at it (temp file + os.replace),
-so a failed, interrupted or killed build leaves the previous version serving.
+metric spec, BM25 statistics). A build writes into a hidden temporary directory, verifies it, renames it into
+place and only then points `CURRENT` at it (temp file + os.replace), so a failed, interrupted or killed build
+leaves the previous version serving.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from .bm25_postings import Bm25Postings, PostingsBuilder, ticket_terms
+from .bm25_postings import Bm25Postings, ChunkTerms, PostingsBuilder, ticket_terms
 from .config import Settings
 from .errors import IndexStateError
 
@@ -248,7 +248,7 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
     Incremental: rows of tickets unchanged since the current version (same model, same dtype) are copied, only
     new or changed tickets are encoded; when nothing changed the current version is returned as is.
     `prefilter`: a BM25 backend whose `index(tickets)` must be fed (Elasticsearch); FTS5 is kept in sync by the
-    store itself, so it needs nothing.
+    store itself, and every version writes its own BM25 postings, so those need nothing.
     `workers` > 1 encodes in that many forked processes (the model is shared by fork, not reloaded); the batches
     are the same as the serial build's, so the matrices are byte-identical. None: `settings.encoding_processes`.
     """
@@ -290,8 +290,8 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
         tmp.mkdir(parents=True)
         started = time.time()
         try:
-            keys, bm25_stats = _write_matrices(tmp, store, model, ids, reuse_src, to_encode, prev, np.dtype(dtype), progress,
-                                   prefilter, workers)
+            keys, bm25_stats = _write_matrices(tmp, store, model, ids, reuse_src, to_encode, prev, np.dtype(dtype),
+                                               progress, prefilter, workers)
             np.save(tmp / UPDATED_FILE, updated)
             (tmp / IDS_FILE).write_text(json.dumps(ids))
             manifest = {
@@ -354,12 +354,12 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _encode(model, tickets: list) -> tuple[dict[str, np.ndarray], object]:
+def _encode(model, tickets: list) -> tuple[dict[str, np.ndarray], ChunkTerms]:
     """A chunk's vectors and its BM25 term counts (both are per-ticket work, so both go to the workers)."""
     return model.encode_tickets(tickets), ticket_terms(tickets)
 
 
-def _encode_in_worker(tickets: list) -> tuple[dict[str, np.ndarray], object]:
+def _encode_in_worker(tickets: list) -> tuple[dict[str, np.ndarray], ChunkTerms]:
     return _encode(_WORKER_MODEL, tickets)
 
 

@@ -366,14 +366,14 @@ class ReplicatedSiameseLSTM(nn.Module):
     def encode(self, batch: SideBatch) -> dict[str, torch.Tensor]:
         """The channel vectors of every component: {"COMP.h": [B, hidden], "COMP.E": [B, 350], "COMP.T"/"COMP.S": given}.
 
-        Training runs the packed `nn.LSTM`; inference (eval mode) runs `lstm_last_state`, the same function
-        computed faster (each distinct word's input projection once, no packing).
+        Training (or anything that needs gradients) runs the packed `nn.LSTM`; inference (eval mode, no grad)
+        runs `lstm_last_state`, the same function computed faster (each distinct word's projection once).
         """
         vectors = self.embedder(batch.words)
         out: dict[str, torch.Tensor] = {}
         for comp, cb in batch.components.items():
             if "h" in self.channel_names:
-                if self.training:
+                if self.training or torch.is_grad_enabled():
                     x = self.dropout(vectors[cb.index])
                     packed = pack_padded_sequence(x, cb.lengths.cpu(), batch_first=True, enforce_sorted=False)
                     _, (h_n, _) = self.lstms[comp](packed)

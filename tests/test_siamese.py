@@ -199,6 +199,8 @@ def test_eval_encoding_equals_the_training_graph_without_dropout():
     net.eval()
     with torch.no_grad():
         inferred = net.encode(batch)
+    differentiable = net.encode(batch)  # eval mode with gradients on: the autograd-safe path
+    assert differentiable["DESC.h"].requires_grad
     assert trained.keys() == inferred.keys()
     for key in trained:
         assert torch.allclose(trained[key], inferred[key], atol=1e-5), key
