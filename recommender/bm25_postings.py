@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,6 +178,16 @@ class Bm25Postings:
         avgdl = float(np.mean(self.length, dtype=np.float64)) if self.n_docs else 1.0
         self.norm = (self.k1 * (1.0 - self.b + self.b * np.asarray(self.length, np.float64) / max(avgdl, 1e-9)))
         self.df = np.diff(self.ptr)
+        self._scratch = threading.local()  # per serving thread: an accumulator kept zeroed between queries
+
+    def _buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        """This thread's accumulator (all zeros) and touched-row list, allocated once: a fresh 12 MB per query
+        at a million tickets would cost thousands of page faults."""
+        buffers = getattr(self._scratch, "buffers", None)
+        if buffers is None:
+            buffers = (np.zeros(self.n_docs, dtype=np.float64), np.empty(self.n_docs, dtype=np.int32))
+            self._scratch.buffers = buffers
+        return buffers
 
     @classmethod
     def open(cls, directory: str | Path, stats: dict | None, n_rows: int) -> "Bm25Postings":
@@ -226,11 +237,12 @@ class Bm25Postings:
         if len(term_ids) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         if HAVE_NUMBA:
-            acc = np.zeros(self.n_docs, dtype=np.float64)
-            touched = np.empty(self.n_docs, dtype=np.int32)
+            acc, touched = self._buffers()
             n = _accumulate(self.ptr, self.rows, self.tf, self.norm, term_ids, idfs, self.k1 + 1.0, acc, touched)
             rows = touched[:n].astype(np.int64)
-            return rows, acc[rows]
+            scores = acc[rows]
+            acc[rows] = 0.0  # zero again for this thread's next query
+            return rows, scores
         acc = np.zeros(self.n_docs, dtype=np.float64)  # pragma: no cover - without numba
         for t, idf in zip(term_ids, idfs):
             sl = slice(int(self.ptr[t]), int(self.ptr[t + 1]))

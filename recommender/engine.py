@@ -102,11 +102,14 @@ class Recommender:
         with self._lock:
             if self._index is None:
                 self._index = open_current(self.settings)
+                self._index.warm()  # page faults now, not in the first queries
             elif self._follow_current:
                 latest = current_version(self.settings)
                 if latest and latest != self._index.version:
                     try:
-                        self._index = open_version(self.settings, latest)
+                        fresh = open_version(self.settings, latest)
+                        fresh.warm()
+                        self._index = fresh
                     except IndexStateError as exc:
                         log.warning("index %s cannot be opened (%s); still serving %s", latest, exc,
                                     self._index.version)

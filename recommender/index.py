@@ -1,9 +1,9 @@
 """Immutable index versions of precomputed ticket vectors under TICKETREC_HOME/indexes/, switched atomically.
 
 A version directory holds `ticket_ids.json`, `updated_at.npy` (each ticket's store timestamp, for incremental
-builds), one memory-mappable `.npy` per EncodedBatch key (`SUB.h.npy`, `DESC.E.npy`, ...), the BM25 postings
-of the same tickets (`bm25_*`, see `bm25_postings`) and `manifest.json` (model fingerprint, counts, dtype,
-metric spec, BM25 statistics). A build writes into a hidden temporary directory, verifies it, renames it into
+builds), `vectors.npy` (one memory-mappable row per ticket holding all its EncodedBatch vectors, `SUB.h`,
+`DESC.E`, ..., side by side in the manifest's `keys` order), the BM25 postings of the same tickets (`bm25_*`,
+see `bm25_postings`) and `manifest.json` (model fingerprint, counts, dtype, metric spec, BM25 statistics). A build writes into a hidden temporary directory, verifies it, renames it into
 place and only then points `CURRENT` at it (temp file + os.replace), so a failed, interrupted or killed build
 leaves the previous version serving.
 """
@@ -26,14 +26,18 @@ from tqdm.auto import tqdm
 from .bm25_postings import Bm25Postings, ChunkTerms, PostingsBuilder, ticket_terms
 from .config import Settings
 from .errors import IndexStateError
+from .scoring import PackedVectors
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # 2: BM25 postings in every version
+FORMAT_VERSION = 2  # 2: one packed vectors.npy, BM25 postings
 CURRENT_FILE = "CURRENT"
 MANIFEST = "manifest.json"
 IDS_FILE = "ticket_ids.json"
 UPDATED_FILE = "updated_at.npy"
+VECTORS_FILE = "vectors.npy"
+#: madvise(2) advice that maps every page of a range now (Linux ≥ 5.14); Python 3.11's mmap lacks the name.
+MADV_POPULATE_READ = 22
 _TMP_PREFIX = ".tmp-"
 _LOCK_FILE = ".build.lock"
 #: Tickets fetched from the store and encoded per step of the build.
@@ -43,9 +47,9 @@ _RUN_INDEX = "run `ticketrec index` to build one"
 
 
 class TicketIndex:
-    """One opened index version: ticket ids and their memory-mapped vector matrices."""
+    """One opened index version: ticket ids, their memory-mapped vectors and BM25 postings."""
 
-    def __init__(self, path: Path, manifest: dict, ticket_ids: list[str], vectors: dict[str, np.ndarray],
+    def __init__(self, path: Path, manifest: dict, ticket_ids: list[str], vectors: PackedVectors,
                  updated_at: np.ndarray):
         self.path = Path(path)
         self.manifest = manifest
@@ -70,6 +74,12 @@ class TicketIndex:
 
     def __len__(self) -> int:
         return len(self.ticket_ids)
+
+    def warm(self) -> None:
+        """Map every page of the vectors and postings into this process now, so queries do not pay page faults
+        (a serving process calls it once per version; the files stay shared in the page cache)."""
+        for arr in (self.vectors.matrix, self.bm25.rows, self.bm25.tf, self.bm25.length):
+            _populate(arr)
 
     @property
     def bm25(self) -> Bm25Postings:
@@ -113,7 +123,8 @@ class TicketIndex:
                 )
             ticket_ids = json.loads((path / IDS_FILE).read_text())
             updated_at = np.load(path / UPDATED_FILE, mmap_mode="r")
-            vectors = {key: np.load(path / f"{key}.npy", mmap_mode="r") for key in manifest["keys"]}
+            matrix = np.load(path / VECTORS_FILE, mmap_mode="r")
+            dims = {key: int(d) for key, d in manifest["keys"].items()}
         except IndexStateError:
             raise
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -124,13 +135,26 @@ class TicketIndex:
             problems.append(f"{IDS_FILE} has {len(ticket_ids)} ids")
         if updated_at.shape != (n,):
             problems.append(f"{UPDATED_FILE} has shape {updated_at.shape}")
-        for key, mat in vectors.items():
-            if mat.ndim != 2 or mat.shape[0] != n or mat.shape[1] != manifest["keys"][key]:
-                problems.append(f"{key}.npy has shape {mat.shape}")
+        if matrix.shape != (n, sum(dims.values())):
+            problems.append(f"{VECTORS_FILE} has shape {matrix.shape}, not ({n}, {sum(dims.values())})")
         if problems:
             raise IndexStateError(f"index {path} is inconsistent (manifest says {n} tickets; " + ", ".join(problems)
                                   + f"); {_RUN_INDEX}")
-        return cls(path, manifest, ticket_ids, vectors, updated_at)
+        return cls(path, manifest, ticket_ids, PackedVectors(matrix, dims), updated_at)
+
+
+def _populate(arr: np.ndarray) -> None:
+    """Fault every page of a memory-mapped array in: one madvise call, or one read per page where it fails."""
+    mm = getattr(arr, "_mmap", None)
+    if mm is not None:
+        try:
+            mm.madvise(MADV_POPULATE_READ)
+            return
+        except (OSError, ValueError):
+            pass
+    flat = np.asarray(arr).reshape(-1)
+    if flat.size:
+        float(flat[:: max(1, 4096 // flat.itemsize)].sum())
 
 
 def shard_bounds(n: int, shard: int, n_shards: int) -> tuple[int, int]:
@@ -406,15 +430,17 @@ def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarr
     """Fill one .npy per EncodedBatch key and the BM25 postings: encoded rows for `to_encode`, copied rows for
     the rest. Returns the matrix widths and the BM25 statistics."""
     n = len(ids)
-    mats: dict[str, np.ndarray] = {}
+    mats: dict[str, np.ndarray] = {}  # key → column view of the one packed matrix
+    packed: list[PackedVectors] = []
     postings = PostingsBuilder(n)
 
     def allocate(shapes: dict[str, int]) -> None:
-        for key, dim in shapes.items():
-            mats[key] = np.lib.format.open_memmap(tmp / f"{key}.npy", mode="w+", dtype=dtype, shape=(n, dim))
+        matrix = np.lib.format.open_memmap(tmp / VECTORS_FILE, mode="w+", dtype=dtype, shape=(n, sum(shapes.values())))
+        packed.append(PackedVectors(matrix, shapes))
+        mats.update(packed[0].items())
 
     if prev is not None and len(to_encode) < n:
-        allocate({key: mat.shape[1] for key, mat in prev.vectors.items()})
+        allocate(prev.vectors.dims)
 
     def chunks() -> Iterator[tuple[np.ndarray, list]]:
         for start in range(0, len(to_encode), BUILD_BATCH):
@@ -450,18 +476,20 @@ def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarr
         bar.close()
 
     reused = np.flatnonzero(reuse_src >= 0)
+    if not packed:
+        raise IndexStateError("nothing was encoded or reused; the build is empty")
+    matrix = packed[0].matrix
     step = 65536
-    for key, mat in mats.items():
-        src_mat = prev.vectors[key] if len(reused) else None
-        for start in range(0, len(reused), step):
-            dst = reused[start : start + step]
-            mat[dst] = src_mat[reuse_src[dst]]
-        mat.flush()
+    for start in range(0, len(reused), step):  # reuse happens only for the same model: the same layout
+        dst = reused[start : start + step]
+        matrix[dst] = prev.vectors.matrix[reuse_src[dst]]
+    matrix.flush()
     if len(reused):
         new_row_of_prev = np.full(len(prev), -1, np.int64)
         new_row_of_prev[reuse_src[reused]] = reused
         postings.add_reused(prev.bm25, new_row_of_prev)
     bm25_stats = postings.write(tmp)
-    shapes = {key: int(mat.shape[1]) for key, mat in mats.items()}
+    shapes = dict(packed[0].dims)
     mats.clear()
+    packed.clear()
     return shapes, bm25_stats

@@ -51,10 +51,14 @@ def test_build_writes_a_verified_memory_mapped_version(home, model):
     assert manifest["encoded"] == 80 and manifest["reused"] == 0
     expected = model.encode_tickets(store.get_tickets(idx.ticket_ids))
     assert set(idx.vectors) == set(expected)
+    assert isinstance(idx.vectors.matrix, np.memmap) and idx.vectors.matrix.dtype == np.float32
+    assert (settings.indexes_dir / version / "vectors.npy").exists()  # one record per ticket, keys side by side
+    assert idx.vectors.matrix.shape == (80, sum(v.shape[1] for v in expected.values()))
     for key, mat in idx.vectors.items():
-        assert isinstance(mat, np.memmap) and mat.dtype == np.float32
-        assert (settings.indexes_dir / version / f"{key}.npy").exists()
+        assert mat.dtype == np.float32 and np.shares_memory(mat, idx.vectors.matrix)
         np.testing.assert_allclose(mat, expected[key], atol=1e-5)
+    idx.warm()  # maps the pages in; the numbers stay what they were
+    np.testing.assert_allclose(idx.vectors["SOL.E"], expected["SOL.E"], atol=1e-5)
 
 
 def test_incremental_build_encodes_only_new_and_changed_tickets(home, model):
@@ -101,10 +105,10 @@ def test_missing_or_corrupt_index_says_to_run_ticketrec_index(home, model):
     with pytest.raises(IndexStateError, match="ticketrec index"):
         open_current(settings)
     version = build_index(store, model, settings, progress=False)
-    (settings.indexes_dir / version / "SOL.E.npy").unlink()
+    (settings.indexes_dir / version / "vectors.npy").unlink()
     with pytest.raises(IndexStateError, match="ticketrec index"):
         open_current(settings)
-    np.save(settings.indexes_dir / version / "SOL.E.npy", np.zeros((3, 2), np.float32))
+    np.save(settings.indexes_dir / version / "vectors.npy", np.zeros((3, 2), np.float32))
     with pytest.raises(IndexStateError, match="inconsistent"):
         TicketIndex.open(settings.indexes_dir / version)
 

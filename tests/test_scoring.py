@@ -80,6 +80,35 @@ def test_fast_and_reference_paths_agree_with_the_formula():
     assert np.all((fast > 0) & (fast <= 1))
 
 
+def packed(vectors: dict[str, np.ndarray], dtype=np.float32) -> "scoring.PackedVectors":
+    """The same vectors as one [n, Σ dims] matrix, as an index version stores them."""
+    return scoring.PackedVectors(np.concatenate(list(vectors.values()), axis=1).astype(dtype),
+                                 {k: v.shape[1] for k, v in vectors.items()})
+
+
+def test_packed_records_score_like_separate_matrices():
+    tickets = random_vectors(257, ["SUB", "DESC", "SOL"], seed=11)
+    query = {k: v[:1] for k, v in random_vectors(1, ["SUB", "DESC"], seed=12).items()}
+    bm25 = np.random.default_rng(13).uniform(0, 5, 257)
+    records = packed(tickets)
+    assert set(records) == set(tickets) and all(np.array_equal(records[k], tickets[k]) for k in tickets)
+    expected = reference_g(SPEC, query, tickets, bm25)
+    for use_numba in (True, False):
+        np.testing.assert_allclose(score_candidates(SPEC, query, records, bm25=bm25, use_numba=use_numba), expected,
+                                   atol=1e-6, rtol=1e-5)
+    rows = np.array([200, 3, 3, 99, 0, 256])
+    np.testing.assert_allclose(score_candidates(SPEC, query, records, rows=rows, bm25=bm25[rows]),
+                               score_candidates(SPEC, query, tickets, rows=rows, bm25=bm25[rows]), atol=1e-6)
+    np.testing.assert_allclose(score_candidates(SPEC, query, packed(tickets, np.float16)),
+                               score_candidates(SPEC, query, tickets), rtol=2e-3)
+    r_packed, g_packed, _ = rank(SPEC, query, records, 7, row_range=(50, 200))
+    r_dict, g_dict, _ = rank(SPEC, query, tickets, 7, row_range=(50, 200))
+    assert r_packed.tolist() == r_dict.tolist()
+    np.testing.assert_allclose(g_packed, g_dict, rtol=1e-5)
+    with pytest.raises(ValueError, match="columns"):
+        scoring.PackedVectors(np.zeros((3, 5), np.float32), {"SUB.h": 6})
+
+
 def test_float16_matrices_score_close_to_float32():
     tickets = random_vectors(50, ["SUB", "DESC", "SOL"], seed=4)
     query = {k: v[:1] for k, v in random_vectors(1, ["SUB", "DESC"], seed=5).items()}

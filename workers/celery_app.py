@@ -38,6 +38,7 @@ class WorkerResources:
             idx = self._indexes.get(version)
             if idx is None:
                 idx = open_version(self.settings, version)
+                idx.warm()  # map its pages once, not during the first queries
                 self._indexes[version] = idx
                 while len(self._indexes) > OPEN_INDEXES:
                     self._indexes.popitem(last=False)
