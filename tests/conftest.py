@@ -160,3 +160,24 @@ def tiny_model(tmp_path_factory):
     out = tmp_path_factory.mktemp("serving-model") / "model"
     train_model(data, None, config, out, seed=0, progress=False)
     return out, data
+
+
+@pytest.fixture(scope="session")
+def tiny_ticket_model(tiny_model):
+    """The tiny model, loaded (a TicketModel)."""
+    from recommender.model import TicketModel
+
+    return TicketModel.load(tiny_model[0])
+
+
+@pytest.fixture
+def kb_home(tmp_path, tiny_model):
+    """(settings, store) of a fresh TICKETREC_HOME whose store holds the tiny model's knowledge base."""
+    from recommender.config import Settings
+    from recommender.store import Dataset, Store
+
+    settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "home"), "TICKETREC_MODEL": str(tiny_model[0])})
+    store = Store(settings.db)
+    store.import_dataset(Dataset(tiny_model[1].tickets, source="kb"))
+    yield settings, store
+    store.close()

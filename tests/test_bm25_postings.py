@@ -5,40 +5,23 @@ import numpy as np
 import pytest
 
 from recommender.bm25_postings import PostingsBuilder, ticket_terms
-from recommender.config import Settings
 from recommender.engine import Recommender
 from recommender.errors import IndexStateError
 from recommender.index import TicketIndex, build_index, open_current
 from recommender.prefilter import Fts5Prefilter, IndexPrefilter
 from recommender.records import Query, Ticket
-from recommender.store import Dataset, Store
+from recommender.store import Dataset
 
 QUERIES = ["turbine vibration after restart", "Valve leaks at the seal; pressure drops", "oil filter pump hot",
            'NEAR("bearing" OR -temperature*) ^exhaust: spread', "the and of"]
-
-
-@pytest.fixture(scope="module")
-def model(tiny_model):
-    from recommender.model import TicketModel
-
-    return TicketModel.load(tiny_model[0])
-
-
-@pytest.fixture
-def home(tmp_path, tiny_model):
-    settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "home"), "TICKETREC_MODEL": str(tiny_model[0])})
-    store = Store(settings.db)
-    store.import_dataset(Dataset(tiny_model[1].tickets, source="kb"))
-    yield settings, store
-    store.close()
 
 
 def _fts5_scores(store, text):
     return dict(Fts5Prefilter(store).candidates(text, 10_000))
 
 
-def test_scores_are_fts5_bm25_scores(home, model):
-    settings, store = home
+def test_scores_are_fts5_bm25_scores(kb_home, tiny_ticket_model):
+    (settings, store), model = kb_home, tiny_ticket_model
     build_index(store, model, settings, progress=False)
     idx = open_current(settings)
     for text in QUERIES:
@@ -51,8 +34,8 @@ def test_scores_are_fts5_bm25_scores(home, model):
     assert idx.bm25.scores("the and of")[0].size == 0  # stop words only: nothing to search
 
 
-def test_top_k_is_exact_best_first_ties_by_row(home, model):
-    settings, store = home
+def test_top_k_is_exact_best_first_ties_by_row(kb_home, tiny_ticket_model):
+    (settings, store), model = kb_home, tiny_ticket_model
     build_index(store, model, settings, progress=False)
     bm25 = open_current(settings).bm25
     rows, scores = bm25.scores(QUERIES[0])
@@ -64,8 +47,8 @@ def test_top_k_is_exact_best_first_ties_by_row(home, model):
     assert bm25.top_k("zzzunknownword", 10)[0].size == 0
 
 
-def test_incremental_postings_equal_a_full_build(home, model):
-    settings, store = home
+def test_incremental_postings_equal_a_full_build(kb_home, tiny_ticket_model):
+    (settings, store), model = kb_home, tiny_ticket_model
     build_index(store, model, settings, progress=False)
     changed = store.get_ticket(store.ticket_ids()[5])
     changed.subject = "Turbine vibration after restart, seal replaced"
@@ -97,8 +80,8 @@ def test_term_counts_weigh_the_subject_double_and_lengths_count_every_token():
     assert builder.lengths.tolist() == [6.0, 0.0, 3.0]
 
 
-def test_missing_or_corrupt_postings_say_to_rebuild(home, model):
-    settings, store = home
+def test_missing_or_corrupt_postings_say_to_rebuild(kb_home, tiny_ticket_model):
+    (settings, store), model = kb_home, tiny_ticket_model
     version = build_index(store, model, settings, progress=False)
     path = settings.indexes_dir / version
     np.save(path / "bm25_length.npy", np.zeros(3, np.float32))
@@ -109,8 +92,8 @@ def test_missing_or_corrupt_postings_say_to_rebuild(home, model):
         TicketIndex.open(path).bm25
 
 
-def test_engine_and_cli_search_use_the_index_postings_by_default(home, model):
-    settings, store = home
+def test_engine_and_cli_search_use_the_index_postings_by_default(kb_home, tiny_ticket_model):
+    (settings, store), model = kb_home, tiny_ticket_model
     assert settings.prefilter == "index"
     build_index(store, model, settings, progress=False)
     engine = Recommender(settings, store=store, model=model)

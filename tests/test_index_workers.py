@@ -3,26 +3,8 @@ import numpy as np
 import pytest
 
 from recommender import index as index_mod
-from recommender.config import Settings
 from recommender.errors import IndexStateError
 from recommender.index import build_index, open_current
-from recommender.store import Dataset, Store
-
-
-@pytest.fixture(scope="module")
-def model(tiny_model):
-    from recommender.model import TicketModel
-
-    return TicketModel.load(tiny_model[0])
-
-
-@pytest.fixture
-def home(tmp_path, tiny_model):
-    settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "home"), "TICKETREC_MODEL": str(tiny_model[0])})
-    store = Store(settings.db)
-    store.import_dataset(Dataset(tiny_model[1].tickets, source="kb"))
-    yield settings, store
-    store.close()
 
 
 def _files(settings, version) -> dict[str, bytes]:
@@ -30,8 +12,8 @@ def _files(settings, version) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.glob("*.npy"))}  # vectors, BM25 postings, timestamps
 
 
-def test_two_workers_build_the_same_bytes_as_the_serial_build(home, model, monkeypatch):
-    settings, store = home
+def test_two_workers_build_the_same_bytes_as_the_serial_build(kb_home, tiny_ticket_model, monkeypatch):
+    (settings, store), model = kb_home, tiny_ticket_model
     monkeypatch.setattr(index_mod, "BUILD_BATCH", 16)  # 80 tickets → 5 chunks spread over the workers
     serial = build_index(store, model, settings, incremental=False, progress=False, workers=1)
     parallel = build_index(store, model, settings, incremental=False, progress=False, workers=2)
@@ -47,7 +29,7 @@ def test_two_workers_build_the_same_bytes_as_the_serial_build(home, model, monke
         np.testing.assert_allclose(np.asarray(mat), expected[key], rtol=1e-5, atol=1e-6)
 
 
-def test_workers_below_one_are_refused(home, model):
-    settings, store = home
+def test_workers_below_one_are_refused(kb_home, tiny_ticket_model):
+    (settings, store), model = kb_home, tiny_ticket_model
     with pytest.raises(IndexStateError, match="workers"):
         build_index(store, model, settings, progress=False, workers=0)
