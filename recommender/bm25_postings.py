@@ -27,9 +27,10 @@ import json
 import math
 import threading
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -60,6 +61,48 @@ try:  # the fast path; the numpy path below computes the same scores
                     n_touched += 1
                 acc[r] += idf * f * k1p1 / (f + norm[r])
         return n_touched
+
+    @numba.njit(nogil=True, cache=True, inline="always")
+    def _worse(s_a, r_a, s_b, r_b):  # pragma: no cover - compiled
+        return s_a < s_b or (s_a == s_b and r_a > r_b)
+
+    @numba.njit(nogil=True, cache=True)
+    def _sift_down(heap_s, heap_r, i, m):  # pragma: no cover - compiled
+        while True:
+            left, worst = 2 * i + 1, i
+            if left < m and _worse(heap_s[left], heap_r[left], heap_s[worst], heap_r[worst]):
+                worst = left
+            if left + 1 < m and _worse(heap_s[left + 1], heap_r[left + 1], heap_s[worst], heap_r[worst]):
+                worst = left + 1
+            if worst == i:
+                return
+            heap_s[i], heap_s[worst] = heap_s[worst], heap_s[i]
+            heap_r[i], heap_r[worst] = heap_r[worst], heap_r[i]
+            i = worst
+
+    @numba.njit(nogil=True, cache=True)
+    def _select_best(acc, touched, n_touched, k, heap_s, heap_r):  # pragma: no cover - compiled
+        # the k best touched rows (score desc, row asc) in a heap whose root is the worst kept; zeroes acc again
+        m = 0
+        for i in range(n_touched):
+            r = touched[i]
+            s = acc[r]
+            acc[r] = 0.0
+            if m < k:
+                heap_s[m], heap_r[m] = s, r
+                j = m
+                m += 1
+                while j > 0:  # sift up
+                    parent = (j - 1) // 2
+                    if not _worse(heap_s[j], heap_r[j], heap_s[parent], heap_r[parent]):
+                        break
+                    heap_s[j], heap_s[parent] = heap_s[parent], heap_s[j]
+                    heap_r[j], heap_r[parent] = heap_r[parent], heap_r[j]
+                    j = parent
+            elif _worse(heap_s[0], heap_r[0], s, r):
+                heap_s[0], heap_r[0] = s, r
+                _sift_down(heap_s, heap_r, 0, m)
+        return m
 
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - depends on the environment
@@ -178,16 +221,25 @@ class Bm25Postings:
         avgdl = float(np.mean(self.length, dtype=np.float64)) if self.n_docs else 1.0
         self.norm = (self.k1 * (1.0 - self.b + self.b * np.asarray(self.length, np.float64) / max(avgdl, 1e-9)))
         self.df = np.diff(self.ptr)
-        self._scratch = threading.local()  # per serving thread: an accumulator kept zeroed between queries
+        self._spare: list[tuple[np.ndarray, np.ndarray]] = []  # accumulators (all zeros) free for the next query
+        self._spare_lock = threading.Lock()
 
-    def _buffers(self) -> tuple[np.ndarray, np.ndarray]:
-        """This thread's accumulator (all zeros) and touched-row list, allocated once: a fresh 12 MB per query
-        at a million tickets would cost thousands of page faults."""
-        buffers = getattr(self._scratch, "buffers", None)
+    @contextmanager
+    def _buffers(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """An accumulator (all zeros; zero it again before leaving) and a touched-row list, reused across queries
+        and threads: a fresh 12 MB per query at a million tickets would cost thousands of page faults."""
+        with self._spare_lock:
+            buffers = self._spare.pop() if self._spare else None
         if buffers is None:
             buffers = (np.zeros(self.n_docs, dtype=np.float64), np.empty(self.n_docs, dtype=np.int32))
-            self._scratch.buffers = buffers
-        return buffers
+        try:
+            yield buffers
+        except BaseException:
+            buffers[0].fill(0.0)
+            raise
+        finally:
+            with self._spare_lock:
+                self._spare.append(buffers)
 
     @classmethod
     def open(cls, directory: str | Path, stats: dict | None, n_rows: int) -> "Bm25Postings":
@@ -237,11 +289,11 @@ class Bm25Postings:
         if len(term_ids) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         if HAVE_NUMBA:
-            acc, touched = self._buffers()
-            n = _accumulate(self.ptr, self.rows, self.tf, self.norm, term_ids, idfs, self.k1 + 1.0, acc, touched)
-            rows = touched[:n].astype(np.int64)
-            scores = acc[rows]
-            acc[rows] = 0.0  # zero again for this thread's next query
+            with self._buffers() as (acc, touched):
+                n = _accumulate(self.ptr, self.rows, self.tf, self.norm, term_ids, idfs, self.k1 + 1.0, acc, touched)
+                rows = touched[:n].astype(np.int64)
+                scores = acc[rows]
+                acc[rows] = 0.0
             return rows, scores
         acc = np.zeros(self.n_docs, dtype=np.float64)  # pragma: no cover - without numba
         for t, idf in zip(term_ids, idfs):
@@ -254,8 +306,21 @@ class Bm25Postings:
     def top_k(self, text: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k best rows for `text` and their BM25 scores, best first (ties: lower row first, like FTS5's
         rowid order); empty arrays when no query word is indexed."""
-        rows, scores = self.scores(text)
-        if k <= 0 or len(rows) == 0:
+        if k <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        if HAVE_NUMBA:  # accumulate and select in compiled code: no array of all matching rows is made
+            term_ids, idfs = self.query_plan(text)
+            if len(term_ids) == 0:
+                return np.zeros(0, np.int64), np.zeros(0, np.float64)
+            heap_s, heap_r = np.empty(k, np.float64), np.empty(k, np.int32)
+            with self._buffers() as (acc, touched):
+                n = _accumulate(self.ptr, self.rows, self.tf, self.norm, term_ids, idfs, self.k1 + 1.0, acc, touched)
+                m = _select_best(acc, touched, n, k, heap_s, heap_r)
+            rows, scores = heap_r[:m].astype(np.int64), heap_s[:m]
+            order = np.lexsort((rows, -scores))
+            return rows[order], scores[order]
+        rows, scores = self.scores(text)  # pragma: no cover - without numba
+        if len(rows) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         if len(rows) > k:
             part = np.argpartition(-scores, k - 1)[:k]

@@ -108,3 +108,22 @@ def test_engine_and_cli_search_use_the_index_postings_by_default(kb_home, tiny_t
     assert [tid for tid, _ in hits] == [tid for tid, _ in Fts5Prefilter(store).candidates(QUERIES[1], 3)]
     assert prefilter.score_tickets(QUERIES[1], [hits[0][0], "nope"]) == {hits[0][0]: pytest.approx(hits[0][1]), "nope": 0.0}
     assert prefilter.count() == len(store.ticket_ids()) and prefilter.params()["backend"] == "index"
+
+
+def test_ties_keep_the_lowest_rows_and_buffers_come_back_clean(tmp_path):
+    from recommender.bm25_postings import Bm25Postings
+
+    same = Ticket("x", "pump seal leak", "the pump seal leaks oil", "replace the seal")
+    tickets = [Ticket(f"t{i}", same.subject, same.description, same.solution) if i % 3 else
+               Ticket(f"t{i}", "valve", f"valve {'stuck ' * (i % 5)}open", "oil it") for i in range(60)]
+    builder = PostingsBuilder(len(tickets))
+    builder.add(np.arange(len(tickets)), ticket_terms(tickets))
+    stats = builder.write(tmp_path)
+    bm25 = Bm25Postings.open(tmp_path, stats, len(tickets))
+    rows, scores = bm25.scores("pump seal oil")
+    expected = sorted(zip(rows.tolist(), scores.tolist()), key=lambda x: (-x[1], x[0]))
+    for k in (1, 7, 40, 100):
+        top_rows, top_scores = bm25.top_k("pump seal oil", k)
+        assert list(zip(top_rows.tolist(), top_scores.tolist())) == expected[:k]
+    assert bm25.top_k("pump seal oil", 7)[0].tolist() == [1, 2, 4, 5, 7, 8, 10]  # 40 equal scores: lowest rows
+    assert all(not acc.any() for acc, _ in bm25._spare)  # every accumulator went back zeroed
