@@ -189,3 +189,9 @@ def test_cli_index_builds_and_reports(tmp_path, tiny_model):
     again = runner.invoke(main, ["reindex"], env=env)  # no broker: in-process, nothing changed
     assert again.exit_code == 0 and json.loads(again.output[again.output.index("{"):])["version"] == info["version"]
     assert current_version(Settings.from_env(env)) == info["version"]
+    full = runner.invoke(main, ["index", "--full", "--workers", "2"], env=env)  # 80 tickets: one batch, no fork
+    assert full.exit_code == 0, full.output
+    rebuilt = json.loads(full.output[full.output.index("{"):])
+    assert rebuilt["version"] != info["version"] and rebuilt["encoded"] == 80
+    refused = runner.invoke(main, ["index", "--workers", "0"], env=env)
+    assert refused.exit_code == 2 and "--workers" in refused.output
