@@ -65,6 +65,7 @@ class Recommender:
         self._follow_current = index is None  # pick up new index versions (nightly reindex) when not pinned
         self._prefilter = prefilter
         self._lock = threading.Lock()
+        self._switching = threading.Lock()  # held by the one thread opening a new index version
         self._broker_down_until = 0.0
         #: How the last query was answered: mode ("in-process" | "celery"), versions, fallback reason, timings.
         self.last_info: dict = {}
@@ -96,24 +97,31 @@ class Recommender:
 
     @property
     def index(self):
-        """The serving index; follows CURRENT when a reindex switched it (unless an index was pinned)."""
+        """The serving index; follows CURRENT when a reindex switched it (unless an index was pinned).
+
+        A version is opened and warmed (its pages mapped) before it serves; while one thread warms a new version,
+        the others go on answering from the old one.
+        """
         from .index import current_version, open_current, open_version
 
         with self._lock:
-            if self._index is None:
-                self._index = open_current(self.settings)
-                self._index.warm()  # page faults now, not in the first queries
-            elif self._follow_current:
-                latest = current_version(self.settings)
-                if latest and latest != self._index.version:
-                    try:
-                        fresh = open_version(self.settings, latest)
-                        fresh.warm()
-                        self._index = fresh
-                    except IndexStateError as exc:
-                        log.warning("index %s cannot be opened (%s); still serving %s", latest, exc,
-                                    self._index.version)
+            if self._index is None:  # nothing to serve yet: the first callers wait for it
+                fresh = open_current(self.settings)
+                fresh.warm()
+                self._index = fresh
             index = self._index
+        if self._follow_current:
+            latest = current_version(self.settings)
+            if latest and latest != index.version and self._switching.acquire(blocking=False):
+                try:
+                    fresh = open_version(self.settings, latest)
+                    fresh.warm()
+                    with self._lock:
+                        self._index = index = fresh
+                except IndexStateError as exc:
+                    log.warning("index %s cannot be opened (%s); still serving %s", latest, exc, index.version)
+                finally:
+                    self._switching.release()
         self._check_model(index)
         return index
 
