@@ -70,7 +70,7 @@ def content_words(tokens: Iterable[str]) -> list[str]:
 class _MemoPunkt(PunktSentenceTokenizer):
     """Punkt that remembers its decision for each candidate break's context (the word before a period and the
     token after it). The decision depends on that context and the fixed parameters only, and contexts repeat
-    (", e.g. the", "valve. Replace"), so a knowledge base is split several times faster with the same result."""
+    (", e.g. the", "valve. Replace"): Punkt took half the time on the synthetic knowledge base, same result."""
 
     MAX_REMEMBERED = 200_000
 

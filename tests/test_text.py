@@ -50,3 +50,18 @@ def test_sentence_internal_periods_do_not_stick_to_words_and_masks_survive():
     tokens = tokenize("Checked the seal. Inspection done at ## bar by XXXX. O-ring isn't worn.")
     assert tokens == ["checked", "the", "seal", "inspection", "done", "at", NUMBER_TOKEN, "bar", "by", "xxxx",
                       "o-ring", "isn't", "worn"]
+
+
+def test_remembered_punkt_decisions_split_exactly_like_punkt():
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+
+    from recommender.synthetic import generate
+
+    texts = [t.description for t in generate(n_tickets=150, n_queries=0, seed=3).tickets]
+    texts += ["Dr. Smith checked the valve. It was fine.", "See e.g. the manual. Then restart.", "No end"]
+    splitter = SentenceSplitter.train(texts)
+    plain = PunktSentenceTokenizer(splitter.params)
+    expected = [[s for s in plain.tokenize(clean(t)) if s.strip()] for t in texts]
+    assert [splitter.split(t) for t in texts] == expected
+    assert [splitter.split(t) for t in texts] == expected  # the second pass answers from memory
+    assert splitter._tokenizer._decisions  # decisions were remembered
