@@ -427,20 +427,16 @@ def _encode_chunks(model, chunks: Iterator[tuple[np.ndarray, list]], workers: in
 def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarray, to_encode: np.ndarray,
                     prev: TicketIndex | None, dtype: np.dtype, progress: bool, prefilter,
                     workers: int = 1) -> tuple[dict[str, int], dict]:
-    """Fill one .npy per EncodedBatch key and the BM25 postings: encoded rows for `to_encode`, copied rows for
-    the rest. Returns the matrix widths and the BM25 statistics."""
+    """Fill `vectors.npy` (one record per ticket) and the BM25 postings: encoded rows for `to_encode`, copied
+    rows for the rest. Returns the widths of the EncodedBatch keys and the BM25 statistics."""
     n = len(ids)
-    mats: dict[str, np.ndarray] = {}  # key → column view of the one packed matrix
-    packed: list[PackedVectors] = []
     postings = PostingsBuilder(n)
 
-    def allocate(shapes: dict[str, int]) -> None:
+    def allocate(shapes: dict[str, int]) -> PackedVectors:
         matrix = np.lib.format.open_memmap(tmp / VECTORS_FILE, mode="w+", dtype=dtype, shape=(n, sum(shapes.values())))
-        packed.append(PackedVectors(matrix, shapes))
-        mats.update(packed[0].items())
+        return PackedVectors(matrix, shapes)
 
-    if prev is not None and len(to_encode) < n:
-        allocate(prev.vectors.dims)
+    vectors = allocate(prev.vectors.dims) if prev is not None and len(to_encode) < n else None
 
     def chunks() -> Iterator[tuple[np.ndarray, list]]:
         for start in range(0, len(to_encode), BUILD_BATCH):
@@ -456,18 +452,18 @@ def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarr
     bar = tqdm(total=len(to_encode), desc="encoding tickets", unit="ticket", disable=not progress)
     try:
         for positions, tickets, (encoded, terms) in _encode_chunks(model, chunks(), workers):
-            if not mats:
-                allocate({key: arr.shape[1] for key, arr in encoded.items()})
-            if set(encoded) != set(mats):
-                raise IndexStateError(f"the model encodes {sorted(encoded)}, the index holds {sorted(mats)}; "
+            if vectors is None:
+                vectors = allocate({key: arr.shape[1] for key, arr in encoded.items()})
+            if set(encoded) != set(vectors):
+                raise IndexStateError(f"the model encodes {sorted(encoded)}, the index holds {sorted(vectors)}; "
                                       f"rebuild without reuse (`ticketrec index --full`)")
             for key, arr in encoded.items():
                 arr = np.asarray(arr)
-                if arr.shape != (len(positions), mats[key].shape[1]):
+                if arr.shape != (len(positions), vectors.dims[key]):
                     raise IndexStateError(f"the model returned {key} of shape {arr.shape} for {len(positions)} tickets")
                 if not np.isfinite(arr).all():
                     raise IndexStateError(f"the model produced non-finite {key} vectors; check the model, then rebuild")
-                mats[key][positions] = arr
+                vectors[key][positions] = arr
             postings.add(positions, terms)
             if prefilter is not None:
                 prefilter.index(tickets, progress=False)
@@ -476,9 +472,9 @@ def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarr
         bar.close()
 
     reused = np.flatnonzero(reuse_src >= 0)
-    if not packed:
+    if vectors is None:
         raise IndexStateError("nothing was encoded or reused; the build is empty")
-    matrix = packed[0].matrix
+    matrix = vectors.matrix
     step = 65536
     for start in range(0, len(reused), step):  # reuse happens only for the same model: the same layout
         dst = reused[start : start + step]
@@ -488,8 +484,4 @@ def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarr
         new_row_of_prev = np.full(len(prev), -1, np.int64)
         new_row_of_prev[reuse_src[reused]] = reused
         postings.add_reused(prev.bm25, new_row_of_prev)
-    bm25_stats = postings.write(tmp)
-    shapes = dict(packed[0].dims)
-    mats.clear()
-    packed.clear()
-    return shapes, bm25_stats
+    return dict(vectors.dims), postings.write(tmp)
