@@ -26,18 +26,6 @@ try:  # the fast path; numba is optional, the numpy path below is the reference
     import numba
 
     @numba.njit(fastmath=True, nogil=True, cache=True)
-    def _l1_all(mat, queries, weights, out):  # pragma: no cover - compiled
-        n, d = mat.shape
-        for i in range(n):
-            total = np.float32(0.0)
-            for k in range(queries.shape[0]):
-                acc = np.float32(0.0)
-                for j in range(d):
-                    acc += abs(mat[i, j] - queries[k, j])
-                total += weights[k] * acc
-            out[i] += total
-
-    @numba.njit(fastmath=True, nogil=True, cache=True)
     def _l1_packed(mat, rows, term_off, term_dim, q_off, q_flat, term_w, out):  # pragma: no cover - compiled
         # every term (a ticket segment × one query vector) of row rows[i] while its one record is in cache;
         # 1-d slices keep the inner loop contiguous, so LLVM vectorises it
@@ -51,19 +39,6 @@ try:  # the fast path; numba is optional, the numpy path below is the reference
                 for j in range(segment.shape[0]):
                     acc += abs(segment[j] - query[j])
                 total += term_w[t] * acc
-            out[i] += total
-
-    @numba.njit(fastmath=True, nogil=True, cache=True)
-    def _l1_rows(mat, rows, queries, weights, out):  # pragma: no cover - compiled
-        d = mat.shape[1]
-        for i in range(rows.shape[0]):
-            r = rows[i]
-            total = np.float32(0.0)
-            for k in range(queries.shape[0]):
-                acc = np.float32(0.0)
-                for j in range(d):
-                    acc += abs(mat[r, j] - queries[k, j])
-                total += weights[k] * acc
             out[i] += total
 
     HAVE_NUMBA = True
@@ -99,6 +74,11 @@ class PackedVectors(Mapping):
 
     def __len__(self) -> int:
         return len(self.dims)
+
+    @classmethod
+    def pack(cls, vectors: Mapping[str, np.ndarray]) -> "PackedVectors":
+        """A packed copy of separate matrices (score many queries against the copy, not the dict)."""
+        return cls(np.concatenate([np.asarray(m) for m in vectors.values()], axis=1), {k: m.shape[1] for k, m in vectors.items()})
 
     def row_slice(self, start: int, stop: int) -> "PackedVectors":
         """The same columns for rows [start, stop) only (a view)."""
@@ -148,23 +128,6 @@ def _distances_numpy(mat: np.ndarray, rows: np.ndarray | None, queries: np.ndarr
             out[start:stop] += w * b.sum(axis=1, dtype=np.float32)
 
 
-def _distances_numba(mat: np.ndarray, rows: np.ndarray | None, queries: np.ndarray, weights: np.ndarray,
-                     out: np.ndarray) -> None:
-    arr = np.asarray(mat)  # a memmap becomes a plain ndarray view (no copy)
-    if arr.dtype != np.float32 or not arr.flags.c_contiguous:
-        # float16 indexes: widen block by block so memory stays bounded
-        m = out.shape[0]
-        for start in range(0, m, CHUNK_ROWS * 8):
-            stop = min(m, start + CHUNK_ROWS * 8)
-            block = arr[start:stop] if rows is None else arr[rows[start:stop]]
-            _l1_all(np.ascontiguousarray(block, dtype=np.float32), queries, weights, out[start:stop])
-        return
-    if rows is None:
-        _l1_all(arr, queries, weights, out)
-    else:
-        _l1_rows(arr, rows, queries, weights, out)
-
-
 def _distances_packed(packed: PackedVectors, plan: dict, rows: np.ndarray | None, out: np.ndarray) -> None:
     """All of the metric's terms row by row over a packed matrix (numba), one record per candidate."""
     term_off, term_dim, q_off, term_w, q_parts = [], [], [], [], []
@@ -196,7 +159,8 @@ def distances(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np
               bm25=None, *, bm25_max: float | None = None, use_numba: bool | None = None) -> np.ndarray:
     """d(q, t) for one query against the ticket rows `rows` (all rows when None), float32 [len(rows)].
 
-    `ticket_vecs` is a dict of matrices or a `PackedVectors` (scored record by record with numba)."""
+    `ticket_vecs` is a `PackedVectors` (scored record by record with numba) or a dict of matrices, which the numba
+    path packs first: a caller that scores many queries should pack once (`PackedVectors.pack`)."""
     plan = metric_plan(spec, query_vecs, ticket_vecs.keys())
     if not plan:
         raise ValueError("the metric spec has no pair/channel with a non-zero weight")
@@ -208,18 +172,19 @@ def distances(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np
     m = n_total if rows is None else rows.shape[0]
     out = np.zeros(m, np.float32)
     fast = HAVE_NUMBA if use_numba is None else (use_numba and HAVE_NUMBA)
-    kernel = _distances_numba if fast else _distances_numpy
     for key, (queries, weights) in plan.items():
         mat = ticket_vecs[key]
         if mat.shape[0] != n_total:
             raise ValueError(f"ticket matrix {key!r} has {mat.shape[0]} rows, expected {n_total}")
         if mat.shape[1] != queries.shape[1]:
             raise ValueError(f"{key!r}: ticket vectors are {mat.shape[1]}-d, query vectors {queries.shape[1]}-d")
-    if fast and isinstance(ticket_vecs, PackedVectors):
-        _distances_packed(ticket_vecs, plan, rows, out)
+    if fast:
+        packed = ticket_vecs if isinstance(ticket_vecs, PackedVectors) else PackedVectors.pack(
+            {key: ticket_vecs[key] for key in plan})
+        _distances_packed(packed, plan, rows, out)
     else:
         for key, (queries, weights) in plan.items():
-            kernel(ticket_vecs[key], rows, queries, weights, out)
+            _distances_numpy(ticket_vecs[key], rows, queries, weights, out)
     w_bm25 = float(spec.get("bm25", 0.0) or 0.0)
     if w_bm25 and bm25 is not None:
         out += w_bm25 * bm25_penalty(bm25, m, bm25_max)

@@ -159,14 +159,14 @@ class ModelSystem:
     the query encoded once, BM25 pre-filter K candidates, the vectorised metric over them."""
 
     def __init__(self, model, split: Split, candidates: int, progress: bool = False):
-        from ..scoring import score_candidates
+        from ..scoring import PackedVectors, score_candidates
 
         self.model, self.split, self.candidates = model, split, candidates
         self._score_candidates = score_candidates
         self.spec = model.metric_spec()
         self.ticket_ids = [t.id for t in split.dataset.tickets]
         self.row_of = {tid: i for i, tid in enumerate(self.ticket_ids)}
-        self.ticket_vecs = model.encode_tickets(split.dataset.tickets, progress=progress)
+        self.ticket_vecs = PackedVectors.pack(model.encode_tickets(split.dataset.tickets, progress=progress))
         queries = split.dataset.queries
         qv = model.encode_queries(queries, progress=progress)
         self.query_vecs = {q.id: {k: v[i : i + 1] for k, v in qv.items()} for i, q in enumerate(queries)}
