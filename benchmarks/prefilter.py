@@ -1,6 +1,6 @@
 """Benchmark the embedded BM25 pre-filter: import throughput and FTS5 candidate latency on synthetic knowledge bases.
 
-For each size it generates a synthetic knowledge base (`recommender.synthetic.generate`, not timed), imports
+For each size it generates a synthetic knowledge base (`recommender.data.synthetic.generate`, not timed), imports
 its tickets into a fresh SQLite store through `Store.import_dataset` (one transaction, FTS5 kept in sync by
 the store's triggers: timed as tickets/s), then times `Fts5Prefilter.candidates(query, k)` for the generated
 queries (SUBJECT + DESCRIPTION, after a few warm-up queries) and prints p50/p95 latency.
@@ -23,9 +23,9 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from recommender.prefilter import BM25_B, BM25_K1, DEFAULT_WEIGHTS, MAX_QUERY_TERMS, Fts5Prefilter  # noqa: E402
-from recommender.store import Dataset, Store  # noqa: E402
-from recommender.synthetic import generate  # noqa: E402
+from recommender.lexical.searchers import BM25_B, BM25_K1, DEFAULT_WEIGHTS, MAX_QUERY_TERMS, Fts5Prefilter  # noqa: E402
+from recommender.data.store import Dataset, Store  # noqa: E402
+from recommender.data.synthetic import generate  # noqa: E402
 
 
 def bench_size(n_tickets: int, n_queries: int, k: int, seed: int, workdir: Path, max_terms: int = MAX_QUERY_TERMS) -> dict:

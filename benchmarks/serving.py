@@ -4,7 +4,7 @@ against the machine's memory-scan rate, and the precomputed path against the nai
     .venv/bin/python benchmarks/serving.py                      # 10k, 100k and 1M tickets (one table)
     .venv/bin/python benchmarks/serving.py --sizes 10000,100000 --queries 30
 
-Every size is a real synthetic knowledge base from `recommender.synthetic.generate`: imported into the store,
+Every size is a real synthetic knowledge base from `recommender.data.synthetic.generate`: imported into the store,
 encoded and indexed (vectors and BM25 postings), then queried. The model has the paper's dimensions (h 50, E 350,
 T 100) and is trained briefly on a small synthetic set: its quality does not matter here, its shape does. Torch
 and BLAS run one thread per process; the build encodes in one process per core (TICKETREC_INDEX_WORKERS).
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from recommender.config import Settings  # noqa: E402
-from recommender.records import Query  # noqa: E402
+from recommender.data.records import Query  # noqa: E402
 
 
 def percentile(values, q) -> float:
@@ -47,9 +47,9 @@ def train_bench_model(out: Path, seed: int) -> Path:
     """A model with the paper's dimensions, trained briefly (serving speed depends on its shape only)."""
     import torch
 
-    from recommender.siamese import SiameseConfig
-    from recommender.synthetic import generate
-    from recommender.training import train_model
+    from recommender.model.siamese import SiameseConfig
+    from recommender.data.synthetic import generate
+    from recommender.model.training import train_model
 
     torch.set_num_threads(1)
     data = generate(n_tickets=1500, n_queries=150, seed=seed)
@@ -77,7 +77,7 @@ class CeleryCluster:
                                         "--loglevel", "warning", "--hostname", f"bench{os.getpid()}@%h"],
                                        cwd=ROOT, env={**os.environ, **env, "TICKETREC_BROKER_URL": self.url},
                                        stdout=self.log, stderr=subprocess.STDOUT)
-        from recommender.distributed import celery_client
+        from recommender.serving.distributed import celery_client
 
         client = celery_client(self.url)
         deadline = time.monotonic() + 120
@@ -118,7 +118,7 @@ def time_queries(engine, queries, k=10) -> tuple[list[float], dict, dict]:
 
 def scan_rates(index, spec, query_vecs, repeats=3) -> tuple[float, float]:
     """(exhaustive scoring tickets/s, numpy-sum memory scan tickets/s) over the same matrices, best of `repeats`."""
-    from recommender.scoring import score_candidates
+    from recommender.serving.scoring import score_candidates
 
     keys = {f"{b}.{c}" for _, b, _ in spec["pairs"] for c in spec["channels"]}
     if keys != set(index.vectors):
@@ -140,7 +140,7 @@ def _timed(fn) -> float:
 
 def naive_vs_precomputed(engine, queries, k_candidates: int) -> tuple[float, float]:
     """Seconds per query of scoring K candidates: naive (fetch + re-encode + score) vs precomputed rows."""
-    from recommender.scoring import score_candidates
+    from recommender.serving.scoring import score_candidates
 
     model, index, store = engine.model, engine.index, engine.store
     qv0 = model.encode_queries([queries[0]])
@@ -182,13 +182,13 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from recommender.engine import Recommender
-    from recommender.index import build_index, open_current
-    from recommender.model import TicketModel
-    from recommender.prefilter import Fts5Prefilter
-    from recommender.scoring import HAVE_NUMBA
-    from recommender.store import Dataset, Store
-    from recommender.synthetic import generate
+    from recommender.serving.engine import Recommender
+    from recommender.serving.index import build_index, open_current
+    from recommender.model.bundle import TicketModel
+    from recommender.lexical.searchers import Fts5Prefilter
+    from recommender.serving.scoring import HAVE_NUMBA
+    from recommender.data.store import Dataset, Store
+    from recommender.data.synthetic import generate
 
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ticketrec-bench-"))

@@ -17,9 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from recommender.prefilter import Fts5Prefilter  # noqa: E402
-from recommender.store import Store  # noqa: E402
-from recommender.synthetic import DEFAULT_OVERLAP, generate  # noqa: E402
+from recommender.lexical.searchers import Fts5Prefilter  # noqa: E402
+from recommender.data.store import Store  # noqa: E402
+from recommender.data.synthetic import DEFAULT_OVERLAP, generate  # noqa: E402
 
 
 def bm25_accuracy(n_tickets: int, n_queries: int, seed: int, overlap: float) -> dict:

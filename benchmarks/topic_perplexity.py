@@ -18,9 +18,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from recommender.importers import load  # noqa: E402
-from recommender.records import Ticket  # noqa: E402
-from recommender.text import content_words, tokenize  # noqa: E402
+from recommender.data.importers import load  # noqa: E402
+from recommender.data.records import Ticket  # noqa: E402
+from recommender.lexical.analyzer import content_words, tokenize  # noqa: E402
 from topic_models.perplexity import build_id_documents, compare, markdown_table  # noqa: E402
 
 SEMEVAL_DIR = ROOT.parent / "shared" / "data" / "semeval2016"
@@ -101,9 +101,9 @@ def main(argv: list[str] | None = None) -> None:
                            read_semeval_tickets(args.semeval_dir / "dev.xml"), args))
     if "synthetic" in args.corpus:
         try:
-            from recommender.synthetic import generate
+            from recommender.data.synthetic import generate
         except ImportError as exc:
-            out.append(f"synthetic skipped: recommender.synthetic is not available ({exc})")
+            out.append(f"synthetic skipped: recommender.data.synthetic is not available ({exc})")
         else:
             tickets = list(generate(n_tickets=args.synthetic_tickets, n_queries=0, seed=args.seed).tickets)
             n_train = int(len(tickets) * 0.7)

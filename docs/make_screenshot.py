@@ -17,12 +17,12 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from recommender.config import Settings
-from recommender.store import Store
-from recommender.synthetic import generate
-from recommender.siamese import SiameseConfig
-from recommender.training import train_model
-from recommender.index import build_index
-from recommender.engine import Recommender
+from recommender.data.store import Store
+from recommender.data.synthetic import generate
+from recommender.model.siamese import SiameseConfig
+from recommender.model.training import train_model
+from recommender.serving.index import build_index
+from recommender.serving.engine import Recommender
 from web import create_app
 
 home = Path(tempfile.mkdtemp())

@@ -37,7 +37,7 @@ def settings() -> Settings:
 
 def open_store():
     """The SQLite store named by the settings."""
-    from .store import Store
+    from .data.store import Store
 
     return Store(settings().db)
 
@@ -56,7 +56,7 @@ def echo_json(data) -> None:
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def import_(files, fmt: str, quiet: bool) -> None:
     """Import tickets, queries and labelled pairs from FILE... in one transaction (all or nothing)."""
-    from .importers import load_many
+    from .data.importers import load_many
 
     with open_store() as store:
         known_queries = [q.id for q in store.queries()]
@@ -83,8 +83,8 @@ def import_(files, fmt: str, quiet: bool) -> None:
               help="queries held out for --dev-out (default: a third of --queries)")
 def synth(n_tickets: int, n_queries: int, seed: int, out: str, dev_out: str | None, dev_queries: int | None) -> None:
     """Write a synthetic industrial-service knowledge base (tickets, queries, graded pairs) as JSONL."""
-    from .store import Dataset
-    from .synthetic import generate, write_jsonl
+    from .data.store import Dataset
+    from .data.synthetic import generate, write_jsonl
 
     data = generate(n_tickets, n_queries, seed=seed)
     files = [(data, out)]
@@ -135,7 +135,7 @@ def _one_line(text: str, width: int) -> str:
 def search(text: str, k: int, as_json: bool) -> None:
     """BM25 candidates for TEXT: rank, score, ticket id, subject and a solution snippet (no model needed)."""
     from .errors import IndexStateError
-    from .prefilter import Fts5Prefilter, make_prefilter
+    from .lexical.searchers import Fts5Prefilter, make_prefilter
 
     with open_store() as store:
         prefilter = make_prefilter(settings(), store)
@@ -172,7 +172,7 @@ def search(text: str, k: int, as_json: bool) -> None:
 def prefilter_index(quiet: bool) -> None:
     """Rebuild the BM25 pre-filter index from the store (Elasticsearch: fresh index, then atomic alias swap;
     FTS5: re-derive tickets_fts, which the store otherwise keeps in sync by itself)."""
-    from .prefilter import make_prefilter
+    from .lexical.searchers import make_prefilter
 
     with open_store() as store:
         prefilter = make_prefilter(settings(), store)
@@ -210,10 +210,10 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     """Train the Replicated Siamese LSTM and write the model directory."""
     import time
 
-    from .importers import load_many
+    from .data.importers import load_many
     from .errors import InputError
-    from .siamese import SiameseConfig
-    from .training import train_model
+    from .model.siamese import SiameseConfig
+    from .model.training import train_model
 
     started = time.time()
     if with_feedback:
@@ -259,9 +259,9 @@ def _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed: int, 
     """`train --with-feedback`: the stored feedback (+ --train pairs) fine-tunes the base model."""
     from pathlib import Path
 
-    from .feedback import feedback_dataset, fine_tune, merge
-    from .importers import load_many
-    from .model import TicketModel
+    from .model.feedback import feedback_dataset, fine_tune, merge
+    from .data.importers import load_many
+    from .model.bundle import TicketModel
 
     base = Path(base_dir) if base_dir else settings().model
     model = TicketModel.load(base)
@@ -288,8 +288,8 @@ def topics() -> None:
 
 def _topic_texts(path: str, with_solution: bool, stop_words: bool) -> list[list[str]]:
     """One token document per ticket of a data file: SUB+DESC, or SUB+DESC+SOL."""
-    from .importers import load
-    from .text import content_words, tokenize
+    from .data.importers import load
+    from .lexical.analyzer import content_words, tokenize
 
     docs = []
     for t in load(path).tickets:
@@ -349,7 +349,7 @@ def topics_perplexity(train_file, heldout_file, n_topics, min_count, max_doc_len
 def topics_show(model_dir, k: int, as_json: bool) -> None:
     """The top words of every DocNADE topic of a trained model (like the paper's Table 8)."""
     from .errors import ModelError
-    from .model import TicketModel
+    from .model.bundle import TicketModel
 
     model = TicketModel.load(model_dir or settings().model)
     words = model.topic_words(k)
@@ -404,8 +404,8 @@ def _build_index_here(model_dir, full: bool, float16: bool, workers: int | None 
     import time
     from pathlib import Path
 
-    from .index import build_index, open_current
-    from .model import TicketModel
+    from .serving.index import build_index, open_current
+    from .model.bundle import TicketModel
 
     cfg = settings()
     started = time.time()
@@ -414,7 +414,7 @@ def _build_index_here(model_dir, full: bool, float16: bool, workers: int | None 
         model = TicketModel.load(Path(model_dir) if model_dir else cfg.model)
         prefilter = None
         if cfg.prefilter in ("elasticsearch", "es"):  # FTS5 and the index's postings need no feeding
-            from .prefilter import make_prefilter
+            from .lexical.searchers import make_prefilter
 
             prefilter = make_prefilter(cfg, store)
         version = build_index(store, model, cfg, incremental=not full, float16=float16, progress=True,
@@ -446,7 +446,7 @@ def index(model_dir, full: bool, float16: bool, workers: int | None) -> None:
 @click.option("--in-process", is_flag=True, help="build here even when TICKETREC_BROKER_URL is set")
 def reindex(full: bool, wait: bool, in_process: bool) -> None:
     """Incremental reindex: on a Celery worker when TICKETREC_BROKER_URL is set, else in this process."""
-    from .distributed import REINDEX, send_task
+    from .serving.distributed import REINDEX, send_task
 
     cfg = settings()
     if in_process or not cfg.broker_url:
@@ -471,8 +471,8 @@ def reindex(full: bool, wait: bool, in_process: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help='print {"results": [...]} as JSON')
 def recommend(subject: str, description: str, k: int, as_json: bool) -> None:
     """The k historical tickets most similar to a new one, with their solutions."""
-    from .engine import Recommender
-    from .records import Query
+    from .serving.engine import Recommender
+    from .data.records import Query
 
     store = open_store()
     try:
@@ -572,13 +572,13 @@ def _serve(host: str, port: int) -> None:
 @click.option("--serve/--no-serve", "then_serve", default=True, show_default=True, help="serve the UI at the end")
 def demo(n_tickets: int, n_queries: int, seed: int, pretrained: bool, host: str, port: int, then_serve: bool) -> None:
     """Set up a synthetic knowledge base, train a model, build the index and serve the UI (each step once)."""
-    from .engine import Recommender
-    from .index import build_index
-    from .model import TicketModel
-    from .records import Query
-    from .siamese import SiameseConfig
-    from .synthetic import generate, write_jsonl
-    from .training import train_model
+    from .serving.engine import Recommender
+    from .serving.index import build_index
+    from .model.bundle import TicketModel
+    from .data.records import Query
+    from .model.siamese import SiameseConfig
+    from .data.synthetic import generate, write_jsonl
+    from .model.training import train_model
 
     cfg = settings()
     click.secho(f"ticketrec demo in {cfg.home}", bold=True)

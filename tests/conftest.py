@@ -20,8 +20,8 @@ def semeval_dir() -> Path:
 def web_kb(tmp_path):
     """(settings, store) over tmp_path holding 4 tickets; WEB-3 carries HTML and a script in its text."""
     from recommender.config import Settings
-    from recommender.records import Ticket
-    from recommender.store import Dataset, Store
+    from recommender.data.records import Ticket
+    from recommender.data.store import Dataset, Store
 
     settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "home"), "TICKETREC_MAX_DESCRIPTION": "200"})
     store = Store(settings.db)
@@ -58,12 +58,12 @@ def web_engine(tmp_path_factory):
     import random
 
     from recommender.config import Settings
-    from recommender.engine import Recommender
-    from recommender.index import build_index
-    from recommender.records import LabeledPair, Query, Ticket
-    from recommender.siamese import SiameseConfig
-    from recommender.store import Dataset, Store
-    from recommender.training import train_model
+    from recommender.serving.engine import Recommender
+    from recommender.serving.index import build_index
+    from recommender.data.records import LabeledPair, Query, Ticket
+    from recommender.model.siamese import SiameseConfig
+    from recommender.data.store import Dataset, Store
+    from recommender.model.training import train_model
 
     home = tmp_path_factory.mktemp("web-home")
     settings = Settings.from_env({"TICKETREC_HOME": str(home), "TICKETREC_CANDIDATES": "0",
@@ -107,8 +107,8 @@ def tiny_tickets():
     query's topic matches the ticket's, else 1; deterministic for a seed."""
     import random
 
-    from recommender.records import LabeledPair, Query, Ticket
-    from recommender.store import Dataset
+    from recommender.data.records import LabeledPair, Query, Ticket
+    from recommender.data.store import Dataset
 
     topics = {
         "turbine": ["turbine", "blade", "vibration", "rotor", "bearing", "shaft"],
@@ -148,9 +148,9 @@ def tiny_model(tmp_path_factory):
     `train_model` on a synthetic knowledge base of 80 tickets; the dataset is what it was trained on."""
     import torch
 
-    from recommender.siamese import SiameseConfig
-    from recommender.synthetic import generate
-    from recommender.training import train_model
+    from recommender.model.siamese import SiameseConfig
+    from recommender.data.synthetic import generate
+    from recommender.model.training import train_model
 
     torch.set_num_threads(1)
     data = generate(n_tickets=80, n_queries=12, seed=5)
@@ -165,7 +165,7 @@ def tiny_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_ticket_model(tiny_model):
     """The tiny model, loaded (a TicketModel)."""
-    from recommender.model import TicketModel
+    from recommender.model.bundle import TicketModel
 
     return TicketModel.load(tiny_model[0])
 
@@ -174,7 +174,7 @@ def tiny_ticket_model(tiny_model):
 def kb_home(tmp_path, tiny_model):
     """(settings, store) of a fresh TICKETREC_HOME whose store holds the tiny model's knowledge base."""
     from recommender.config import Settings
-    from recommender.store import Dataset, Store
+    from recommender.data.store import Dataset, Store
 
     settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "home"), "TICKETREC_MODEL": str(tiny_model[0])})
     store = Store(settings.db)

@@ -1,7 +1,7 @@
 """The JSON API under /api/v1: validation, status codes, JSON errors, feedback storage, schema of a result."""
 import pytest
 
-from recommender.store import query_key
+from recommender.data.store import query_key
 
 
 @pytest.fixture
@@ -175,7 +175,7 @@ def test_a_query_without_words_is_a_400(engine_api):
 
 
 def test_api_feedback_records_the_served_versions(engine_api, web_engine):
-    from recommender.store import Store
+    from recommender.data.store import Store
 
     settings, engine = web_engine
     payload = {"subject": "api feedback", "description": "records versions", "ticket_id": "WEB-2", "label": "REL"}

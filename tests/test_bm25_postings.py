@@ -4,13 +4,13 @@ import time
 import numpy as np
 import pytest
 
-from recommender.bm25_postings import PostingsBuilder, ticket_terms
-from recommender.engine import Recommender
+from recommender.lexical.postings import PostingsBuilder, ticket_terms
+from recommender.serving.engine import Recommender
 from recommender.errors import IndexStateError
-from recommender.index import TicketIndex, build_index, open_current
-from recommender.prefilter import Fts5Prefilter, IndexPrefilter
-from recommender.records import Query, Ticket
-from recommender.store import Dataset
+from recommender.serving.index import TicketIndex, build_index, open_current
+from recommender.lexical.searchers import Fts5Prefilter, IndexPrefilter
+from recommender.data.records import Query, Ticket
+from recommender.data.store import Dataset
 
 QUERIES = ["turbine vibration after restart", "Valve leaks at the seal; pressure drops", "oil filter pump hot",
            'NEAR("bearing" OR -temperature*) ^exhaust: spread', "the and of"]
@@ -111,7 +111,7 @@ def test_engine_and_cli_search_use_the_index_postings_by_default(kb_home, tiny_t
 
 
 def test_ties_keep_the_lowest_rows_and_buffers_come_back_clean(tmp_path):
-    from recommender.bm25_postings import Bm25Postings
+    from recommender.lexical.postings import Bm25Postings
 
     same = Ticket("x", "pump seal leak", "the pump seal leaks oil", "replace the seal")
     tickets = [Ticket(f"t{i}", same.subject, same.description, same.solution) if i % 3 else

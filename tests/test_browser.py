@@ -55,7 +55,7 @@ def test_search_results_feedback_and_form_errors(browser, live_url, web_engine, 
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from recommender.store import Store, query_key
+    from recommender.data.store import Store, query_key
 
     settings, engine = web_engine
     wait = WebDriverWait(browser, 30)

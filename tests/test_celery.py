@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from recommender.config import Settings
 from recommender.errors import TicketrecError
-from recommender.records import Query, Ticket
-from recommender.store import Dataset, Store
+from recommender.data.records import Query, Ticket
+from recommender.data.store import Dataset, Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,8 +85,8 @@ def redis_url(tmp_path_factory):
 @pytest.fixture(scope="module")
 def home(tmp_path_factory, tiny_model):
     """(env, settings) of a home with the tiny knowledge base indexed."""
-    from recommender.index import build_index
-    from recommender.model import TicketModel
+    from recommender.serving.index import build_index
+    from recommender.model.bundle import TicketModel
 
     base = tmp_path_factory.mktemp("celery-home")
     env = {"TICKETREC_HOME": str(base / "home"), "TICKETREC_MODEL": str(tiny_model[0]),
@@ -107,7 +107,7 @@ def worker(redis_url, home, tmp_path_factory):
     proc = subprocess.Popen([sys.executable, "-m", "recommender.cli", "worker", "--concurrency", "2",
                              "--loglevel", "info", "--hostname", f"test{os.getpid()}@%h"],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    from recommender.distributed import celery_client
+    from recommender.serving.distributed import celery_client
 
     client = celery_client(redis_url)
     deadline = time.monotonic() + 90
@@ -129,7 +129,7 @@ def worker(redis_url, home, tmp_path_factory):
 
 
 def _engines(home, broker_url, **changes):
-    from recommender.engine import Recommender
+    from recommender.serving.engine import Recommender
 
     _, settings = home
     local = Recommender(settings.replace(**changes))
@@ -165,7 +165,7 @@ def test_a_queue_without_workers_is_answered_in_process_by_the_deadline(home, wo
 
 @pytest.mark.integration
 def test_reindex_runs_on_a_worker_and_the_engine_follows(home, worker):
-    from recommender.index import current_version
+    from recommender.serving.index import current_version
 
     env, settings = home
     before = current_version(settings)

@@ -49,7 +49,7 @@ def test_synth_is_deterministic(cli, tmp_path):
 
 
 def test_synth_dev_split_holds_out_queries_over_the_same_tickets(cli, tmp_path):
-    from recommender.importers import load
+    from recommender.data.importers import load
 
     train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
     result = cli("synth", "--tickets", 40, "--queries", 9, "--out", train, "--dev-out", dev, "--dev-queries", 3)

@@ -7,8 +7,8 @@ import uuid
 import pytest
 
 from recommender.errors import ServiceUnavailable, TicketrecError
-from recommender.prefilter import MAX_QUERY_TERMS, ElasticsearchPrefilter
-from recommender.records import Ticket
+from recommender.lexical.searchers import MAX_QUERY_TERMS, ElasticsearchPrefilter
+from recommender.data.records import Ticket
 
 ES_URL = os.environ.get("TICKETREC_ES_URL", "")
 live = pytest.mark.skipif(not ES_URL, reason="set TICKETREC_ES_URL to a live Elasticsearch 8+ server to run these")

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from recommender.embeddings import (CharBiLSTM, CharVocabulary, WordBatch, WordEmbedder, align_vectors,
+from recommender.model.embeddings import (CharBiLSTM, CharVocabulary, WordBatch, WordEmbedder, align_vectors,
                                     load_word2vec, sum_emb, train_word2vec)
 from recommender.errors import InputError, ModelError
-from recommender.vocab import EOS_ID, PAD_ID, UNK_ID, Vocabulary
+from recommender.model.vocab import EOS_ID, PAD_ID, UNK_ID, Vocabulary
 
 DOCS = [["turbine", "blade", "the", "crack"], ["valve", "leak", "the"], ["turbine", "rotor"], ["turbine"]]
 

@@ -10,17 +10,17 @@ from click.testing import CliRunner
 
 from recommender.cli import main
 from recommender.config import Settings
-from recommender.engine import Recommender, shared_terms
+from recommender.serving.engine import Recommender, shared_terms
 from recommender.errors import IndexStateError, InputError
-from recommender.index import build_index, current_version
-from recommender.records import Query, Ticket
-from recommender.store import Dataset, Store
-from recommender.text import content_words, tokenize
+from recommender.serving.index import build_index, current_version
+from recommender.data.records import Query, Ticket
+from recommender.data.store import Dataset, Store
+from recommender.lexical.analyzer import content_words, tokenize
 
 
 @pytest.fixture(scope="module")
 def model(tiny_model):
-    from recommender.model import TicketModel
+    from recommender.model.bundle import TicketModel
 
     return TicketModel.load(tiny_model[0])
 
@@ -60,7 +60,7 @@ def test_whole_index_ranking_equals_the_model_scoring_every_ticket(served, model
 
 
 def test_prefiltered_answers_score_only_bm25_candidates(served, model, tiny_model):
-    from recommender.prefilter import make_prefilter
+    from recommender.lexical.searchers import make_prefilter
 
     settings, store, _ = served
     engine = Recommender(settings, store=store, model=model)
@@ -150,7 +150,7 @@ def test_a_dead_broker_is_answered_in_process_and_logged(served, model, tiny_mod
     expected = Recommender(settings, store=store, model=model).recommend(query, k=5)
     dead = settings.replace(broker_url=f"redis://127.0.0.1:{_free_port()}/0", query_deadline=3.0)
     engine = Recommender(dead, store=store, model=model)
-    with caplog.at_level(logging.WARNING, logger="recommender.engine"):
+    with caplog.at_level(logging.WARNING, logger="recommender.serving.engine"):
         results = engine.recommend(query, k=5)
     assert [r.ticket.id for r in results] == [r.ticket.id for r in expected]
     assert engine.last_info["mode"] == "in-process" and engine.last_info["fallback_reason"]

@@ -63,9 +63,9 @@ def test_missing_data_file_is_a_clear_error(tmp_path):
 
 def test_quick_grid_end_to_end_on_tiny_synthetic_data(tmp_path):
     """The whole path on generated data with tiny model dimensions: report.md, results.csv, plots, predictions."""
-    synthetic = pytest.importorskip("recommender.synthetic", reason="recommender.synthetic is not built yet")
-    pytest.importorskip("recommender.importers", reason="recommender.importers is not built yet")
-    pytest.importorskip("recommender.prefilter", reason="recommender.prefilter is not built yet")
+    synthetic = pytest.importorskip("recommender.data.synthetic", reason="recommender.data.synthetic is not built yet")
+    pytest.importorskip("recommender.data.importers", reason="recommender.data.importers is not built yet")
+    pytest.importorskip("recommender.lexical.searchers", reason="recommender.lexical.searchers is not built yet")
     pytest.importorskip("topic_models.docnade", reason="topic_models.docnade is not built yet")
     train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
     synthetic.write_jsonl(synthetic.generate(n_tickets=40, n_queries=8, seed=1), train)
@@ -93,7 +93,7 @@ def test_quick_grid_end_to_end_on_tiny_synthetic_data(tmp_path):
 def test_a_row_that_cannot_be_configured_fails_before_any_training(tmp_path):
     from recommender.errors import InputError
     from recommender.evaluation.experiments import Row, run_experiment
-    from recommender.synthetic import generate, write_jsonl
+    from recommender.data.synthetic import generate, write_jsonl
 
     data = write_jsonl(generate(n_tickets=30, n_queries=4, seed=2), tmp_path / "d.jsonl")
     rows = [Row("fine", "", "", preset="e_ml"), Row("broken", "", "", preset="no_such_preset")]

@@ -8,9 +8,9 @@ from click.testing import CliRunner
 from recommender.cli import main
 from recommender.config import Settings
 from recommender.errors import InputError
-from recommender.feedback import feedback_dataset, fine_tune
-from recommender.model import TicketModel
-from recommender.store import Feedback, Store
+from recommender.model.feedback import feedback_dataset, fine_tune
+from recommender.model.bundle import TicketModel
+from recommender.data.store import Feedback, Store
 
 
 @pytest.fixture

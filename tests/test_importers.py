@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from recommender.errors import InputError
-from recommender.importers import detect_format, load, load_many
+from recommender.data.importers import detect_format, load, load_many
 
 
 def write_jsonl(path: Path, records) -> Path:

@@ -10,19 +10,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recommender import index as index_mod
+from recommender.serving import index as index_mod
 from recommender.config import Settings
 from recommender.errors import IndexStateError
-from recommender.index import TicketIndex, build_index, current_version, list_versions, open_current
-from recommender.records import Ticket
-from recommender.store import Dataset, Store
+from recommender.serving.index import TicketIndex, build_index, current_version, list_versions, open_current
+from recommender.data.records import Ticket
+from recommender.data.store import Dataset, Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def model(tiny_model):
-    from recommender.model import TicketModel
+    from recommender.model.bundle import TicketModel
 
     return TicketModel.load(tiny_model[0])
 
@@ -156,10 +156,10 @@ def test_a_second_concurrent_build_is_refused(home, model):
 
 _SLOW_BUILD = """
 import sys, time
-from recommender import index
+from recommender.serving import index
 from recommender.config import Settings
-from recommender.model import TicketModel
-from recommender.store import Store
+from recommender.model.bundle import TicketModel
+from recommender.data.store import Store
 settings = Settings.from_env()
 model = TicketModel.load(settings.model)
 encode = model.encode_tickets
@@ -175,8 +175,8 @@ print("finished", flush=True)
 
 
 def test_a_build_killed_with_sigkill_leaves_the_previous_version_serving(home, model, tiny_model):
-    from recommender.engine import Recommender
-    from recommender.records import Query
+    from recommender.serving.engine import Recommender
+    from recommender.data.records import Query
 
     settings, store = home
     first = build_index(store, model, settings, progress=False)

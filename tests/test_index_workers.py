@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from recommender import index as index_mod
+from recommender.serving import index as index_mod
 from recommender.errors import IndexStateError
-from recommender.index import build_index, open_current
+from recommender.serving.index import build_index, open_current
 
 
 def _files(settings, version) -> dict[str, bytes]:

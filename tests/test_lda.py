@@ -88,7 +88,7 @@ def test_cli_topics_perplexity_on_synthetic_files(tmp_path):
     from click.testing import CliRunner
 
     from recommender.cli import main
-    from recommender.synthetic import generate, write_jsonl
+    from recommender.data.synthetic import generate, write_jsonl
 
     write_jsonl(generate(n_tickets=40, n_queries=0, seed=1), tmp_path / "train.jsonl")
     write_jsonl(generate(n_tickets=15, n_queries=0, seed=2), tmp_path / "held.jsonl")

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from recommender.errors import ModelError
-from recommender.model import TicketModel, bm25_ratios
-from recommender.records import Query
-from recommender.siamese import SiameseConfig
-from recommender.training import train_model
+from recommender.model.bundle import TicketModel, bm25_ratios
+from recommender.data.records import Query
+from recommender.model.siamese import SiameseConfig
+from recommender.model.training import train_model
 
 TINY = dict(word_dim=16, hidden=8, char_dim=4, char_hidden=5, epochs=1, batch_size=8, min_count=1, w2v_epochs=2,
             channels={"h": 0.7, "E": 0.3}, bm25=0.2, weights="fixed")

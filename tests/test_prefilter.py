@@ -7,11 +7,11 @@ from click.testing import CliRunner
 
 from recommender.config import Settings
 from recommender.errors import TicketrecError
-from recommender.prefilter import (
+from recommender.lexical.searchers import (
     MAX_QUERY_TERMS, ElasticsearchPrefilter, Fts5Prefilter, IndexPrefilter, fts5_match_expression, make_prefilter, query_terms,
 )
-from recommender.records import Ticket
-from recommender.store import Dataset, Store
+from recommender.data.records import Ticket
+from recommender.data.store import Dataset, Store
 
 TICKETS = [
     Ticket("GT-1", "Gas turbine trips on startup", "The gas turbine trips during startup with a flame loss alarm.",

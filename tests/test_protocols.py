@@ -7,8 +7,8 @@ import pytest
 from recommender.errors import InputError
 from recommender.evaluation import metrics as M
 from recommender.evaluation import protocols as P
-from recommender.records import LabeledPair, Query, Recommendation, Ticket
-from recommender.store import Dataset
+from recommender.data.records import LabeledPair, Query, Recommendation, Ticket
+from recommender.data.store import Dataset
 
 
 def _dataset() -> Dataset:

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from recommender import scoring
-from recommender.scoring import rank, score_candidates, top_k
+from recommender.serving import scoring
+from recommender.serving.scoring import rank, score_candidates, top_k
 
 SPEC = {
     "pairs": [["SUB", "SUB", 0.3], ["DESC", "DESC", 0.3], ["SUB", "DESC", 0.2], ["SUB", "SOL", 0.1], ["DESC", "SOL", 0.1]],
@@ -36,7 +36,7 @@ def reference_g(spec, q, t, bm25=None) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def model_and_data(tiny_model):
-    from recommender.model import TicketModel
+    from recommender.model.bundle import TicketModel
 
     path, data = tiny_model
     return TicketModel.load(path), data

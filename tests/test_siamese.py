@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from recommender.embeddings import CharVocabulary
+from recommender.model.embeddings import CharVocabulary
 from recommender.errors import InputError
-from recommender.records import Query, Ticket
-from recommender.siamese import (MERGED, Featurizer, ReplicatedSiameseLSTM, SiameseConfig, TABLE2_CHANNELS,
+from recommender.data.records import Query, Ticket
+from recommender.model.siamese import (MERGED, Featurizer, ReplicatedSiameseLSTM, SiameseConfig, TABLE2_CHANNELS,
                                  TABLE2_PAIRS)
-from recommender.text import SentenceSplitter
-from recommender.vocab import EOS, Vocabulary
+from recommender.model.sentences import SentenceSplitter
+from recommender.model.vocab import EOS, Vocabulary
 
 TEXTS = ["Turbine blade crack found", "Valve leak at the seal. Pressure drops fast.",
          "Oil filter clogged. Pump runs hot. Replace filter.", "Rotor vibration high after restart"]
@@ -173,7 +173,7 @@ def test_inference_lstm_equals_the_packed_nn_lstm():
     """`lstm_last_state` (eval mode) computes what the packed nn.LSTM (training mode) computes."""
     from torch.nn.utils.rnn import pack_padded_sequence
 
-    from recommender.siamese import lstm_last_state
+    from recommender.model.siamese import lstm_last_state
 
     torch.manual_seed(3)
     lstm = torch.nn.LSTM(7, 5, batch_first=True)

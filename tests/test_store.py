@@ -6,9 +6,9 @@ import sqlite3
 import pytest
 
 from recommender.errors import InputError, TicketrecError
-from recommender.importers import load
-from recommender.records import LabeledPair, Query, Ticket
-from recommender.store import SCHEMA_VERSION, Dataset, Feedback, Store, query_key
+from recommender.data.importers import load
+from recommender.data.records import LabeledPair, Query, Ticket
+from recommender.data.store import SCHEMA_VERSION, Dataset, Feedback, Store, query_key
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from dataclasses import asdict
 import pytest
 
 from recommender.errors import InputError
-from recommender.importers import load
-from recommender.synthetic import SUBSYSTEMS, generate, problem_classes, write_jsonl
+from recommender.data.importers import load
+from recommender.data.synthetic import SUBSYSTEMS, generate, problem_classes, write_jsonl
 
 
 def as_plain(data):

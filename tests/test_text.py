@@ -1,6 +1,7 @@
 """Text processing: tokenisation without NLTK data, number masking, the trained Punkt splitter."""
 from recommender.errors import ModelError
-from recommender.text import NUMBER_TOKEN, SentenceSplitter, clean, content_words, tokenize
+from recommender.lexical.analyzer import NUMBER_TOKEN, clean, content_words, tokenize
+from recommender.model.sentences import SentenceSplitter
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_sentence_internal_periods_do_not_stick_to_words_and_masks_survive():
 def test_remembered_punkt_decisions_split_exactly_like_punkt():
     from nltk.tokenize.punkt import PunktSentenceTokenizer
 
-    from recommender.synthetic import generate
+    from recommender.data.synthetic import generate
 
     texts = [t.description for t in generate(n_tickets=150, n_queries=0, seed=3).tickets]
     texts += ["Dr. Smith checked the valve. It was fine.", "See e.g. the manual. Then restart.", "No end"]

@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 from sklearn.isotonic import IsotonicRegression
 
-from recommender.calibration import Calibrator
+from recommender.model.calibration import Calibrator
 from recommender.errors import InputError
-from recommender.records import LabeledPair
-from recommender.siamese import SiameseConfig
-from recommender.store import Dataset
-from recommender.training import (PairSet, bm25_pair_scores, mean_average_precision, select_weights,
+from recommender.data.records import LabeledPair
+from recommender.model.siamese import SiameseConfig
+from recommender.data.store import Dataset
+from recommender.model.training import (PairSet, bm25_pair_scores, mean_average_precision, select_weights,
                                   split_queries, train_model)
 
 TINY = dict(word_dim=16, hidden=8, char_dim=4, char_hidden=5, epochs=2, batch_size=8, min_count=1, w2v_epochs=2,

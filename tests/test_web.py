@@ -5,7 +5,7 @@ import socket
 import pytest
 from click.testing import CliRunner
 
-from recommender.store import query_key
+from recommender.data.store import query_key
 from web import create_app
 from web.highlight import highlight
 
@@ -196,7 +196,7 @@ def test_feedback_is_stored_with_versions_and_shown_when_the_query_repeats(engin
     assert "given" not in first[1]
     response = engine_client.post("/feedback", data={**query, "choice": f"NO {ticket_id}"})
     assert response.status_code == 200 and f"Saved: ticket {ticket_id} marked NO" in page(response)
-    from recommender.store import Store
+    from recommender.data.store import Store
 
     with Store(settings.db) as store:
         [fb] = store.feedback(query_key(query["subject"], query["description"]))

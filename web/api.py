@@ -11,7 +11,7 @@ from flask import Blueprint, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from recommender.errors import InputError, TicketrecError
-from recommender.store import Feedback, query_key
+from recommender.data.store import Feedback, query_key
 
 from .forms import LABELS, MAX_SUBJECT
 from .services import TicketrecServices

@@ -14,8 +14,8 @@ from typing import Any, Callable, Sequence
 
 from recommender.config import Settings
 from recommender.errors import TicketrecError
-from recommender.records import Query, Recommendation
-from recommender.store import Store, query_key
+from recommender.data.records import Query, Recommendation
+from recommender.data.store import Store, query_key
 
 #: How many recent queries the search page offers to reuse.
 RECENT_QUERIES = 8
@@ -170,7 +170,7 @@ class TicketrecServices:
         if not self.settings.broker_url:
             return {"mode": "in-process", "ok": True, "workers": []}
         try:
-            from recommender import distributed
+            from recommender.serving import distributed
         except ImportError:  # the thin client is not there: nothing can fan out
             return {"mode": "in-process", "ok": True, "workers": [], "detail": "no distributed client installed"}
         ping = getattr(distributed, "ping_workers", None)
@@ -224,7 +224,7 @@ def _takes_argument(func: Callable) -> bool:
 def _default_engine_factory(settings: Settings) -> Any:
     """Build the engine the way the CLI does; a missing engine module is reported, not raised as ImportError."""
     try:
-        from recommender.engine import Recommender
+        from recommender.serving.engine import Recommender
     except ImportError as exc:
         raise TicketrecError(f"the recommender engine is not installed ({exc}); reinstall ticketrec") from exc
     return Recommender(settings)

@@ -9,8 +9,8 @@ from flask import Blueprint, abort, current_app, flash, render_template, request
 from markupsafe import Markup
 
 from recommender.errors import InputError, TicketrecError
-from recommender.records import Recommendation
-from recommender.store import Feedback
+from recommender.data.records import Recommendation
+from recommender.data.store import Feedback
 
 from .forms import FeedbackForm, SearchForm
 from .highlight import highlight

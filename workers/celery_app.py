@@ -12,7 +12,7 @@ from collections import OrderedDict
 from celery import Celery, Task
 
 from recommender.config import Settings
-from recommender.distributed import celery_config
+from recommender.serving.distributed import celery_config
 
 from .schedule import beat_schedule
 
@@ -32,7 +32,7 @@ class WorkerResources:
 
     def index(self, version: str):
         """Index `version`, memory-mapped on first use and kept open (LRU of OPEN_INDEXES)."""
-        from recommender.index import open_version
+        from recommender.serving.index import open_version
 
         with self._lock:
             idx = self._indexes.get(version)

@@ -17,8 +17,8 @@ def score_shard(self, index_version: str, shard: int, n_shards: int, query_vecs:
     `rows`/`bm25`: the query's BM25 candidates over the whole index (each shard keeps those in its row range;
     `bm25_max` is the maximum over all of them, so normalisation matches in-process scoring).
     """
-    from recommender.distributed import unpack_vectors
-    from recommender.scoring import rank
+    from recommender.serving.distributed import unpack_vectors
+    from recommender.serving.scoring import rank
 
     index = self.resources.index(index_version)
     start, stop = index.shard_rows(shard, n_shards)
@@ -36,9 +36,9 @@ def score_shard(self, index_version: str, shard: int, n_shards: int, query_vecs:
 @shared_task(name="ticketrec.reindex", bind=True)
 def reindex(self, full: bool = False) -> dict:
     """Incremental (or full) rebuild of the ticket index with the current model; the version that serves after."""
-    from recommender.index import build_index, open_current
-    from recommender.model import TicketModel
-    from recommender.store import Store
+    from recommender.serving.index import build_index, open_current
+    from recommender.model.bundle import TicketModel
+    from recommender.data.store import Store
 
     settings = self.resources.settings
     store = Store(settings.db)
@@ -46,7 +46,7 @@ def reindex(self, full: bool = False) -> dict:
         model = TicketModel.load(settings.model)
         prefilter = None
         if settings.prefilter in ("elasticsearch", "es"):  # FTS5 and the index's postings need no feeding
-            from recommender.prefilter import make_prefilter
+            from recommender.lexical.searchers import make_prefilter
 
             prefilter = make_prefilter(settings, store)
         version = build_index(store, model, settings, incremental=not full, progress=False, prefilter=prefilter)
@@ -65,10 +65,10 @@ def train(self, preset: str = "ml_cl_hET", overrides: dict | None = None, out: s
     `out` (default: TICKETREC_MODEL) and, when it is the serving model, rebuild the index for it."""
     from pathlib import Path
 
-    from recommender.index import build_index
-    from recommender.siamese import SiameseConfig
-    from recommender.store import Store
-    from recommender.training import train_model
+    from recommender.serving.index import build_index
+    from recommender.model.siamese import SiameseConfig
+    from recommender.data.store import Store
+    from recommender.model.training import train_model
 
     settings = self.resources.settings
     out_dir = Path(out) if out else settings.model

@@ -17,8 +17,8 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import InputError
-from ..records import Query
-from ..store import Dataset, Store
+from ..data.records import Query
+from ..data.store import Dataset, Store
 from . import metrics as M
 from . import protocols as P
 from .report import write_report
@@ -117,8 +117,8 @@ class Split:
 def _open_split(name: str, path: Path, out: Path) -> Split:
     if not path.is_file():
         raise InputError(f"--{name} file {path} does not exist; give the path of a JSONL, CSV or SemEval XML data set")
-    from ..importers import load
-    from ..prefilter import Fts5Prefilter
+    from ..data.importers import load
+    from ..lexical.searchers import Fts5Prefilter
 
     dataset = load(path)
     if not dataset.pairs:
@@ -159,7 +159,7 @@ class ModelSystem:
     the query encoded once, BM25 pre-filter K candidates, the vectorised metric over them."""
 
     def __init__(self, model, split: Split, candidates: int, progress: bool = False):
-        from ..scoring import PackedVectors, score_candidates
+        from ..serving.scoring import PackedVectors, score_candidates
 
         self.model, self.split, self.candidates = model, split, candidates
         self._score_candidates = score_candidates
@@ -210,7 +210,7 @@ def _mean_spread(values: list[dict]) -> tuple[dict, dict]:
 
 def _export_word_vectors(model, path: Path) -> None:
     """Write a trained model's word vectors in word2vec text format, so later rows reuse them (no retraining)."""
-    from ..vocab import RESERVED
+    from ..model.vocab import RESERVED
 
     weights = model.net.embedder.words.weight.detach().cpu().numpy()
     tokens = [(i, t) for i, t in enumerate(model.vocab.tokens) if t not in RESERVED and not any(c.isspace() for c in t)]
@@ -225,8 +225,8 @@ def _export_word_vectors(model, path: Path) -> None:
 
 def _train(row: Row, train: Split, dev: Split, seed: int, out: Path, overrides: dict, progress: bool):
     """Train one row's model; word2vec is trained once per run and shared by every later row (out/cache)."""
-    from ..siamese import SiameseConfig
-    from ..training import train_model
+    from ..model.siamese import SiameseConfig
+    from ..model.training import train_model
 
     config = SiameseConfig.preset(row.preset, **{**row.overrides, **overrides})
     cached = out / "cache" / "word2vec.txt"
@@ -246,8 +246,8 @@ def _train(row: Row, train: Split, dev: Split, seed: int, out: Path, overrides: 
 def _trained_before(target: Path, config, seed: int, train: Split, dev: Split):
     """The model an interrupted run already saved at `target`, when it has this config, seed and data; else None."""
     from ..errors import ModelError
-    from ..model import TicketModel
-    from ..training import dataset_fingerprint
+    from ..model.bundle import TicketModel
+    from ..model.training import dataset_fingerprint
 
     if not (target / "config.json").exists():
         return None
@@ -294,7 +294,7 @@ def run_experiment(
     rows = list(rows) if rows is not None else grid_rows(grid)
     if seeds < 1:
         raise InputError("--seeds must be at least 1")
-    from ..siamese import SiameseConfig
+    from ..model.siamese import SiameseConfig
 
     for row in rows:  # fail now, not after an hour of training, on a row that cannot be configured
         if row.kind == "model":
@@ -304,7 +304,7 @@ def run_experiment(
         splits["test"] = _open_split("test", Path(test), out)
     eval_splits = [s for s in ("dev", "test") if s in splits]
 
-    from ..calibration import Calibrator
+    from ..model.calibration import Calibrator
 
     results_rows: list[dict] = []
     calibration: dict[str, tuple[list[float], list[float]]] = {}

@@ -21,8 +21,8 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import InputError
-from ..records import Query, Recommendation, Ticket
-from ..store import Dataset
+from ..data.records import Query, Recommendation, Ticket
+from ..data.store import Dataset
 from . import metrics as M
 
 

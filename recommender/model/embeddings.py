@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from .errors import InputError
+from ..errors import InputError
 from .vocab import EOS, PAD_ID, UNK_ID, Vocabulary
 
 #: The E normalisations: the paper's raw sum, a plain mean, and the IDF-weighted L2-normalised mean (default).

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError
+from ..errors import InputError
 from .records import NO, REL, YES, LabeledPair, Query, Ticket
 from .store import Dataset
 

@@ -12,10 +12,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .config import Settings
-from .errors import IndexStateError, InputError, ServiceUnavailable
-from .records import Query, Recommendation, Ticket
-from .text import content_words, tokenize
+from ..config import Settings
+from ..errors import IndexStateError, InputError, ServiceUnavailable
+from ..data.records import Query, Recommendation, Ticket
+from ..lexical.analyzer import content_words, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Recommender:
     @property
     def store(self):
         if self._store is None:
-            from .store import Store
+            from ..data.store import Store
 
             self._store = Store(self.settings.db)
         return self._store
@@ -82,7 +82,7 @@ class Recommender:
     @property
     def model(self):
         if self._model is None:
-            from .model import TicketModel
+            from ..model.bundle import TicketModel
 
             self._model = TicketModel.load(self.settings.model)
         return self._model
@@ -90,7 +90,7 @@ class Recommender:
     @property
     def prefilter(self):
         if self._prefilter is None:
-            from .prefilter import make_prefilter
+            from ..lexical.searchers import make_prefilter
 
             self._prefilter = make_prefilter(self.settings, self.store)
         return self._prefilter
@@ -130,7 +130,7 @@ class Recommender:
         if index.model_version == model.version:
             return
         if self._follow_current and self._model is not None:
-            from .model import TicketModel
+            from ..model.bundle import TicketModel
 
             try:
                 reloaded = TicketModel.load(self.settings.model)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
-from .errors import ModelError
+from ..errors import ModelError
 
 
 class Calibrator:

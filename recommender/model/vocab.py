@@ -9,8 +9,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .errors import ModelError
-from .text import NUMBER_TOKEN, STOP_WORDS
+from ..errors import ModelError
+from ..lexical.analyzer import NUMBER_TOKEN, STOP_WORDS
 
 PAD, UNK, EOS = "<pad>", "<unk>", "<eos>"
 PAD_ID, UNK_ID, EOS_ID = 0, 1, 2

@@ -11,10 +11,10 @@ import numpy as np
 from tqdm import tqdm
 
 from .calibration import Calibrator
-from .errors import InputError
-from .model import TicketModel
-from .records import LABEL_SCORES, LabeledPair, Query
-from .store import Dataset, Store, query_key
+from ..errors import InputError
+from .bundle import TicketModel
+from ..data.records import LABEL_SCORES, LabeledPair, Query
+from ..data.store import Dataset, Store, query_key
 from .training import (PairSet, _fit, _pair_distances, _ratios, _scores, bm25_pair_scores, correlations,
                        dataset_fingerprint, mean_average_precision, split_queries)
 

@@ -9,8 +9,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import ModelError
-from .text import clean
+from ..errors import ModelError
+from ..lexical.analyzer import clean
 
 S_DIM = 384
 _ENCODERS: dict[str, "PretrainedEncoder"] = {}

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
-from .errors import InputError
+from ..errors import InputError
 from .records import LABEL_SCORES, LabeledPair, Query, Ticket
 from .store import Dataset
 

@@ -27,10 +27,11 @@ from tqdm import tqdm
 
 from .calibration import Calibrator
 from .embeddings import CharVocabulary
-from .errors import ModelError
-from .records import Query, Ticket
+from ..errors import ModelError
+from ..data.records import Query, Ticket
 from .siamese import MERGED, Featurizer, ReplicatedSiameseLSTM, SiameseConfig
-from .text import STOP_WORDS, NUMBER_TOKEN, SentenceSplitter
+from ..lexical.analyzer import STOP_WORDS, NUMBER_TOKEN
+from .sentences import SentenceSplitter
 from .vocab import RESERVED, Vocabulary
 
 FORMAT_VERSION = 1

@@ -26,12 +26,13 @@ from tqdm import tqdm
 
 from .calibration import Calibrator
 from .embeddings import CharVocabulary, align_vectors, load_word2vec, train_word2vec
-from .errors import InputError
-from .model import Prepared, TicketModel, _package_versions, build_topic_vocab, topic_documents
-from .records import Query, Ticket
+from ..errors import InputError
+from .bundle import Prepared, TicketModel, _package_versions, build_topic_vocab, topic_documents
+from ..data.records import Query, Ticket
 from .siamese import CHANNELS, ReplicatedSiameseLSTM, SiameseConfig
-from .store import Dataset
-from .text import STOP_WORDS, NUMBER_TOKEN, SentenceSplitter
+from ..data.store import Dataset
+from ..lexical.analyzer import STOP_WORDS, NUMBER_TOKEN
+from .sentences import SentenceSplitter
 from .vocab import EOS, Vocabulary
 
 

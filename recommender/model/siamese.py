@@ -23,9 +23,10 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from .embeddings import E_NORMS, CharVocabulary, WordBatch, WordEmbedder, sum_emb
-from .errors import InputError
-from .records import Query, Ticket
-from .text import SentenceSplitter, tokenize, tokenize_clean
+from ..errors import InputError
+from ..data.records import Query, Ticket
+from ..lexical.analyzer import tokenize, tokenize_clean
+from .sentences import SentenceSplitter
 from .vocab import EOS, Vocabulary
 
 QUERY_COMPONENTS = ("SUB", "DESC")

@@ -23,9 +23,9 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from .bm25_postings import Bm25Postings, ChunkTerms, PostingsBuilder, ticket_terms
-from .config import Settings
-from .errors import IndexStateError
+from ..lexical.postings import Bm25Postings, ChunkTerms, PostingsBuilder, ticket_terms
+from ..config import Settings
+from ..errors import IndexStateError
 from .scoring import PackedVectors
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from .errors import InputError, TicketrecError
+from ..errors import InputError, TicketrecError
 from .records import LabeledPair, Query, Ticket
 
 SCHEMA_VERSION = 1

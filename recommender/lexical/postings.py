@@ -34,11 +34,11 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .errors import IndexStateError
-from .prefilter import (BM25_B, BM25_K1, DEFAULT_WEIGHTS, FIELDS, MAX_QUERY_TERMS, fts5_stem, query_terms,
+from ..errors import IndexStateError
+from .searchers import (BM25_B, BM25_K1, DEFAULT_WEIGHTS, FIELDS, MAX_QUERY_TERMS, fts5_stem, query_terms,
                         select_terms, term_tokens)
-from .records import Ticket
-from .text import STOP_WORDS
+from ..data.records import Ticket
+from .analyzer import STOP_WORDS
 
 TERMS_FILE = "bm25_terms.json"
 ARRAYS = ("ptr", "rows", "tf", "length")

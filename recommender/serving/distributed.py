@@ -13,8 +13,8 @@ from typing import Mapping
 
 import numpy as np
 
-from .config import Settings
-from .errors import ServiceUnavailable
+from ..config import Settings
+from ..errors import ServiceUnavailable
 
 log = logging.getLogger(__name__)
 

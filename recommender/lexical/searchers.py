@@ -30,9 +30,9 @@ from typing import Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
-from .errors import IndexStateError, InputError, ServiceUnavailable, TicketrecError
-from .records import Ticket
-from .text import STOP_WORDS
+from ..errors import IndexStateError, InputError, ServiceUnavailable, TicketrecError
+from ..data.records import Ticket
+from .analyzer import STOP_WORDS
 
 #: Column weights (subject, description, solution). The subject is short and says what the ticket is about,
 #: so a match there counts double; description and solution count once (both carry the problem's words).
@@ -478,7 +478,7 @@ class IndexPrefilter(Prefilter):
         self._index = None
 
     def _current(self):
-        from .index import current_version, open_current
+        from ..serving.index import current_version, open_current
 
         if self._index is None or self._index.version != current_version(self.settings):
             self._index = open_current(self.settings)

@@ -1,0 +1,1 @@
+"""Tickets and labelled pairs: records, the SQLite store, importers, the synthetic generator."""

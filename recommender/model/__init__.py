@@ -1,0 +1,1 @@
+"""The learned model: vocabulary, embeddings, Siamese encoders, calibration, bundle, training."""
