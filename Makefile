@@ -7,17 +7,27 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export TICKETREC_HOME ?= $(CURDIR)/var/demo
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test venv system-deps serve clean
+# Where pip finds the CPU build of torch (torch==2.13.0+cpu in requirements.lock). Empty: pip's own configuration
+# (this project's machines have it on a find-links); elsewhere e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
+TORCH_FROM  := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+
+.PHONY: demo test venv system-deps serve clean lock
 
 venv: $(STAMP)
 
-# torch is pinned and installed first, so nothing pulls a CUDA build.
-$(STAMP): setup.cfg pyproject.toml
+# Exactly the versions of requirements.lock (a constraints file); torch, the CPU build, first, so nothing pulls CUDA.
+$(STAMP): setup.cfg pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,pretrained]'
+	$(BIN)/pip install --quiet $(TORCH_FROM) -c requirements.lock torch
+	$(BIN)/pip install --quiet $(TORCH_FROM) -c requirements.lock -e '.[dev,pretrained]'
 	touch $(STAMP)
+
+# Regenerate requirements.lock from setup.cfg (keeps existing pins; LOCK_ARGS=--upgrade moves them all to the newest).
+lock: venv
+	$(BIN)/pip-compile --quiet $(TORCH_FROM) $(LOCK_ARGS) --extra dev --extra pretrained --strip-extras \
+		--no-emit-index-url --no-emit-find-links --output-file requirements.lock setup.cfg
 
 # Redis (Celery integration tests) and Chromium + ChromeDriver (browser tests), from Debian packages.
 system-deps:

@@ -2,7 +2,7 @@
 
 For each size it generates a synthetic knowledge base (`recommender.data.synthetic.generate`, not timed), imports
 its tickets into a fresh SQLite store through `Store.import_dataset` (one transaction, FTS5 kept in sync by
-the store's triggers: timed as tickets/s), then times `Fts5Prefilter.candidates(query, k)` for the generated
+the store's triggers: timed as tickets/s), then times `Fts5Searcher.search(query, k)` for the generated
 queries (SUBJECT + DESCRIPTION, after a few warm-up queries) and prints p50/p95 latency.
 
     .venv/bin/python benchmarks/prefilter.py                    # 10k and 100k tickets, 100 queries, k=1000
@@ -23,7 +23,9 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from recommender.lexical.searchers import BM25_B, BM25_K1, DEFAULT_WEIGHTS, MAX_QUERY_TERMS, Fts5Prefilter  # noqa: E402
+from recommender.lexical.analyzer import MAX_QUERY_TERMS  # noqa: E402
+from recommender.lexical.bm25 import BM25_B, BM25_K1, DEFAULT_WEIGHTS  # noqa: E402
+from recommender.lexical.searchers import Fts5Searcher  # noqa: E402
 from recommender.data.store import Dataset, Store  # noqa: E402
 from recommender.data.synthetic import generate  # noqa: E402
 
@@ -41,15 +43,15 @@ def bench_size(n_tickets: int, n_queries: int, k: int, seed: int, workdir: Path,
         store.import_dataset(Dataset(data.tickets, source="benchmark"))
         import_s = time.perf_counter() - t0
 
-        prefilter = Fts5Prefilter(store, max_terms=max_terms)
+        prefilter = Fts5Searcher(store, max_terms=max_terms)
         texts = [f"{q.subject}\n{q.description}" for q in data.queries]
         texts = (texts * (n_queries // len(texts) + 1))[:n_queries]
         for text in texts[:5]:  # warm the page cache and the statement cache
-            prefilter.candidates(text, k)
+            prefilter.search(text, k)
         latencies, returned = [], []
         for text in tqdm(texts, desc=f"queries on {n_tickets:,} tickets", unit="q", leave=False):
             t0 = time.perf_counter()
-            hits = prefilter.candidates(text, k)
+            hits = prefilter.search(text, k)
             latencies.append(time.perf_counter() - t0)
             returned.append(len(hits))
     ms = np.array(latencies) * 1000.0

@@ -108,10 +108,12 @@ def time_queries(engine, queries, k=10) -> tuple[list[float], dict, dict]:
     times, modes, stages = [], {}, {}
     for q in queries:
         t = time.perf_counter()
-        engine.recommend(q, k=k)
+        info = engine.recommend(q, k=k).info
         times.append(time.perf_counter() - t)
-        modes[engine.last_info["mode"]] = modes.get(engine.last_info["mode"], 0) + 1
-        for stage, seconds in engine.last_info["timings"].items():
+        modes[info.mode] = modes.get(info.mode, 0) + 1
+        if info.fallback_reason:
+            modes["fallback_reason"] = info.fallback_reason
+        for stage, seconds in info.timings.items():
             stages.setdefault(stage, []).append(seconds * 1000.0)
     return times, modes, {stage: round(float(np.median(v)), 1) for stage, v in stages.items()}
 
@@ -149,7 +151,7 @@ def naive_vs_precomputed(engine, queries, k_candidates: int) -> tuple[float, flo
     naive, fast = [], []
     for q in queries:
         qv = model.encode_queries([q])
-        hits = engine.prefilter.candidates(f"{q.subject}\n{q.description}", k_candidates)
+        hits = engine.searcher.search(f"{q.subject}\n{q.description}", k_candidates)
         ids = [tid for tid, _ in hits]
         bm25 = np.array([s for _, s in hits], np.float32)
         rows, pos = index.rows_for(ids)
@@ -185,7 +187,7 @@ def main() -> None:
     from recommender.serving.engine import Recommender
     from recommender.serving.index import build_index, open_current
     from recommender.model.bundle import TicketModel
-    from recommender.lexical.searchers import Fts5Prefilter
+    from recommender.lexical.searchers import Fts5Searcher
     from recommender.serving.scoring import HAVE_NUMBA
     from recommender.data.store import Dataset, Store
     from recommender.data.synthetic import generate
@@ -219,11 +221,11 @@ def main() -> None:
             rate = n / (time.perf_counter() - t)
             workers = args.build_workers or settings.encoding_processes
             row = {"tickets": n, "import": import_rate, "build": rate, "build_workers": workers}
-            fts5 = Fts5Prefilter(store)
+            fts5 = Fts5Searcher(store)
             fts5_times = []
             for q in queries[: args.fts5_queries]:
                 t = time.perf_counter()
-                fts5.candidates(f"{q.subject}\n{q.description}", 1000)
+                fts5.search(f"{q.subject}\n{q.description}", 1000)
                 fts5_times.append(time.perf_counter() - t)
             row["fts5_p50"] = percentile(fts5_times, 50)
             for k_cand in (1000, 0):
@@ -245,8 +247,7 @@ def main() -> None:
                                                               query_deadline=30.0), store=store, model=model)
                         times, modes, _ = time_queries(remote, queries)
                         if set(modes) != {"celery"}:
-                            raise RuntimeError(f"Celery rows fell back in-process: {modes} "
-                                               f"({remote.last_info.get('fallback_reason')})")
+                            raise RuntimeError(f"Celery rows fell back in-process: {modes}")
                         row[f"cel_p50_K{k_cand}"], row[f"cel_p95_K{k_cand}"] = percentile(times, 50), percentile(times, 95)
                 finally:
                     cluster.close()

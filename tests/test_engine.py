@@ -49,29 +49,34 @@ def test_whole_index_ranking_equals_the_model_scoring_every_ticket(served, model
     query = a_query(tiny_model)
     results = engine.recommend(query, k=7)
     tickets = store.get_tickets(store.ticket_ids())
-    g = model.score_pairs([query] * len(tickets), tickets)
+    from recommender.lexical.bm25 import Bm25Scorer  # K = 0: the lexical feature over the whole index
+
+    lexical = Bm25Scorer(tickets).lexical(f"{query.subject}\n{query.description}")
+    assert model.metric_spec()["bm25"] > 0 and 0 < lexical.max() == 1.0
+    g = model.score_pairs([query] * len(tickets), tickets, lexical=lexical)
     order = np.argsort(-g, kind="stable")[:7]
     assert [r.ticket.id for r in results] == [tickets[i].id for i in order]
     np.testing.assert_allclose([r.raw_score for r in results], g[order], atol=1e-5)
     assert [r.rank for r in results] == list(range(1, 8))
     np.testing.assert_allclose([r.score for r in results], model.calibrate(g[order]), atol=1e-4)
     assert all(1.0 <= r.score <= 5.0 for r in results)
-    assert engine.last_info["mode"] == "in-process" and engine.last_info["candidates"] is None
+    assert results.info.mode == "in-process" and results.info.candidates is None
+    assert results.info.prefilter == "index"  # K = 0 with a BM25-weighing model: the postings score every ticket
 
 
 def test_prefiltered_answers_score_only_bm25_candidates(served, model, tiny_model):
-    from recommender.lexical.searchers import make_prefilter
+    from recommender.serving.searchers import make_searcher
 
     settings, store, _ = served
     engine = Recommender(settings, store=store, model=model)
     query = a_query(tiny_model)
     results = engine.recommend(query, k=5)
-    hits = make_prefilter(settings, store).candidates(f"{query.subject}\n{query.description}", 20)
+    hits = make_searcher(settings, store).search(f"{query.subject}\n{query.description}", 20)
     bm25 = dict(hits)
-    assert 0 < len(hits) <= 20 and engine.last_info["candidates"] == len(hits)
+    assert 0 < len(hits) <= 20 and results.info.candidates == len(hits) and results.info.prefilter == "index"
     assert {r.ticket.id for r in results} <= set(bm25)
     cands = store.get_tickets([tid for tid, _ in hits])
-    g = model.score_pairs([query] * len(cands), cands, bm25=[bm25[t.id] for t in cands])
+    g = model.score_pairs([query] * len(cands), cands, lexical=[bm25[t.id] / hits[0][1] for t in cands])
     best = np.argsort(-g, kind="stable")[:5]
     assert [r.ticket.id for r in results] == [cands[i].id for i in best]
     np.testing.assert_allclose([r.raw_score for r in results], g[best], atol=1e-5)
@@ -114,15 +119,38 @@ def test_bad_queries_get_clear_errors(served, model):
         engine.recommend(Query("pump", "oil pump noise"), k=0)
 
 
-def test_no_index_or_another_models_index_is_an_index_state_error(tmp_path, tiny_model, model, served):
+def another_model(tiny_model):
+    """The tiny model with its network weights nudged: another fingerprint, other scores."""
+    import torch
+
+    from recommender.model.bundle import TicketModel
+
+    other = TicketModel.load(tiny_model[0])
+    with torch.no_grad():
+        for param in other.net.parameters():
+            param.mul_(1.1)
+    other.invalidate()
+    return other
+
+
+def test_no_index_is_an_index_state_error(tmp_path, tiny_model, model):
     settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "empty"), "TICKETREC_MODEL": str(tiny_model[0])})
     with pytest.raises(IndexStateError, match="ticketrec index"):
         Recommender(settings, model=model).recommend(Query("pump", "oil pump noise"))
-    served_settings, store, _ = served
-    stale = Recommender(served_settings, store=store, model=model)
-    stale.index.manifest["model_version"] = "0000000000000000"  # as if the index came from another model
-    with pytest.raises(IndexStateError, match="rebuild the index"):
-        stale.recommend(Query("pump", "oil pump noise"))
+
+
+def test_a_version_is_served_with_the_model_it_carries(tmp_path, served, model, tiny_model):
+    settings, store, _ = served
+    query = a_query(tiny_model)
+    expected = Recommender(settings, store=store, model=model).recommend(query, k=5)
+    other = another_model(tiny_model)
+    assert other.version != model.version
+    # TICKETREC_MODEL only chooses the model of the next build; a model given for another version is not used
+    elsewhere = settings.replace(model=tmp_path / "no-model-here")
+    answer = Recommender(elsewhere, store=store, model=other).recommend(query, k=5)
+    assert answer.info.model_version == model.version == expected.info.model_version
+    assert [r.ticket.id for r in answer] == [r.ticket.id for r in expected]
+    np.testing.assert_allclose([r.raw_score for r in answer], [r.raw_score for r in expected], rtol=1e-6)
 
 
 def test_the_engine_follows_a_new_index_version(served, model):
@@ -134,7 +162,7 @@ def test_the_engine_follows_a_new_index_version(served, model):
     after = build_index(store, model, settings, progress=False)
     assert after != before
     results = engine.recommend(Query("gearbox whine", "loud whine from the gearbox at full load"), k=3)
-    assert engine.last_info["index_version"] == after
+    assert results.info.index_version == after
     assert "NEW-9" in [r.ticket.id for r in results]
 
 
@@ -144,20 +172,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_dead_broker_is_answered_in_process_and_logged(served, model, tiny_model, caplog):
+def test_a_dead_broker_is_answered_in_process_and_logged(served, model, tiny_model, caplog, monkeypatch):
+    from recommender.serving import engine as engine_mod
+
+    now = [1000.0]
+    monkeypatch.setattr(engine_mod, "monotonic", lambda: now[0])  # the back-off's clock, advanced by hand
     settings, store, _ = served
     query = a_query(tiny_model)
     expected = Recommender(settings, store=store, model=model).recommend(query, k=5)
-    dead = settings.replace(broker_url=f"redis://127.0.0.1:{_free_port()}/0", query_deadline=3.0)
+    dead = settings.replace(broker_url=f"redis://127.0.0.1:{_free_port()}/0", query_deadline=3.0,
+                            broker_retry_after=7.0)  # TICKETREC_BROKER_RETRY_AFTER, not its default 30
     engine = Recommender(dead, store=store, model=model)
     with caplog.at_level(logging.WARNING, logger="recommender.serving.engine"):
         results = engine.recommend(query, k=5)
-    assert [r.ticket.id for r in results] == [r.ticket.id for r in expected]
-    assert engine.last_info["mode"] == "in-process" and engine.last_info["fallback_reason"]
-    assert any("answering in-process" in rec.getMessage() for rec in caplog.records)
-    # within the back-off the broker is not tried again, the reason still says why
-    engine.recommend(query, k=5)
-    assert "retrying" in engine.last_info["fallback_reason"]
+        assert [r.ticket.id for r in results] == [r.ticket.id for r in expected]
+        assert results.info.mode == "in-process" and results.info.fallback_reason
+        # within the back-off the broker is not tried again, the reason still says why
+        now[0] += dead.broker_retry_after - 1
+        assert "retrying" in engine.recommend(query, k=5).info.fallback_reason
+        now[0] += 2  # the back-off is over: the workers are tried (and fail) again
+        last = engine.recommend(query, k=5).info
+    assert last.mode == "in-process" and "retrying" not in last.fallback_reason
+    assert sum("answering in-process" in rec.getMessage() for rec in caplog.records) == 2
 
 
 def test_cli_recommend_prints_json_and_text(served):

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from recommender.data import synthetic
 from recommender.errors import InputError
 from recommender.evaluation import experiments as X
 from recommender.evaluation import report as R
@@ -63,10 +64,6 @@ def test_missing_data_file_is_a_clear_error(tmp_path):
 
 def test_quick_grid_end_to_end_on_tiny_synthetic_data(tmp_path):
     """The whole path on generated data with tiny model dimensions: report.md, results.csv, plots, predictions."""
-    synthetic = pytest.importorskip("recommender.data.synthetic", reason="recommender.data.synthetic is not built yet")
-    pytest.importorskip("recommender.data.importers", reason="recommender.data.importers is not built yet")
-    pytest.importorskip("recommender.lexical.searchers", reason="recommender.lexical.searchers is not built yet")
-    pytest.importorskip("topic_models.docnade", reason="topic_models.docnade is not built yet")
     train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
     synthetic.write_jsonl(synthetic.generate(n_tickets=40, n_queries=8, seed=1), train)
     synthetic.write_jsonl(synthetic.generate(n_tickets=30, n_queries=6, seed=2), dev)

@@ -65,6 +65,22 @@ def test_fine_tune_reports_before_and_after_on_the_same_held_out_pairs(kb, tmp_p
     assert reloaded.meta["fine_tuning"][-1]["train_pairs"] == report["train_pairs"]
 
 
+def test_fine_tune_returns_a_new_model_and_leaves_its_input_untouched(kb):
+    _, store, model_dir, data = kb
+    _give_feedback(store, data)
+    base = TicketModel.load(model_dir)
+    weights = {k: v.clone() for k, v in base.net.state_dict().items()}
+    version, config, meta = base.version, base.siamese_config, json.dumps(base.meta, sort_keys=True)
+    tuned, report = fine_tune(base, feedback_dataset(store), data, None, seed=0, epochs=2, progress=False)
+    assert tuned is not base and report["epochs"] == 2
+    state = base.net.state_dict()
+    assert all(np.array_equal(state[k].numpy(), v.numpy()) for k, v in weights.items())
+    assert base.siamese_config == config and json.dumps(base.meta, sort_keys=True) == meta
+    base.invalidate()  # recomputed from the weights, not the cached value
+    assert base.version == version == report["base_version"] != tuned.version
+    assert "fine_tuning" not in base.meta and tuned.meta["fine_tuning"][-1]["base_version"] == version
+
+
 def test_cli_train_with_feedback_writes_a_tuned_model(kb, tmp_path):
     settings, store, model_dir, data = kb
     _give_feedback(store, data)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from recommender.errors import InputError
-from recommender.data.importers import detect_format, load, load_many
+from recommender.data.importers import (detect_format, load, load_links, load_many, parse_mapping,
+                                        read_mapping)
 
 
 def write_jsonl(path: Path, records) -> Path:
@@ -43,7 +44,7 @@ def test_jsonl_good_file(tmp_path):
     ("[1, 2]", "JSON object"),
     (json.dumps({"type": "gadget", "id": "x"}), "unknown record type"),
     (json.dumps({**TICKET2, "id": ""}), "field 'id' is empty"),
-    (json.dumps({k: v for k, v in TICKET2.items() if k != "solution"}), "missing field 'solution'"),
+    (json.dumps({k: v for k, v in TICKET2.items() if k != "subject"}), "missing field 'subject'"),
     (json.dumps({**TICKET2, "subject": 7}), "must be a string"),
     (json.dumps({**TICKET2, "subject": "", "description": ""}), "neither subject nor description"),
     (json.dumps({**TICKET2, "metadata": [1]}), "'metadata' must be a JSON object"),
@@ -264,3 +265,135 @@ def test_load_many_later_file_wins(tmp_path):
     assert len(data.tickets) == 1 and data.tickets[0].solution == "Newer fix."
     assert [p.score for p in data.pairs] == [5.0]
     assert str(a) in data.source and str(b) in data.source
+
+
+# -- a help desk's own export: column mapping (issue 12) ----------------------------------------------------------
+EXPORT = ('Summary,Issue id,Status,Description,Secret notes\n'
+          'Pump rattles at start,101,OPEN,"Noise at the pump, ""rattling"".",SECRET-CELL-1\n'
+          'Valve leak,102,CLOSED,,\n'
+          'Valve leak again,103,CLOSED,Leak at the flange.,\n')
+MAPPING = {"id": "Issue id", "subject": "Summary", "description": "Description"}
+
+
+def test_csv_with_a_column_mapping(tmp_path):
+    path = tmp_path / "export.csv"
+    path.write_text(EXPORT, encoding="utf-8")
+    data = load(path, mapping=MAPPING)
+    assert [(t.id, t.subject, t.description, t.solution) for t in data.tickets] == [
+        ("101", "Pump rattles at start", 'Noise at the pump, "rattling".', ""),
+        ("102", "Valve leak", "", ""),  # subject only: valid
+        ("103", "Valve leak again", "Leak at the flange.", "")]
+    assert data.tickets[0].metadata == {"status": "OPEN", "secret notes": "SECRET-CELL-1"}  # other columns kept aside
+    assert not data.queries and not data.pairs
+    # names match ignoring case and surrounding white space; an unmapped field falls back to its own column name
+    (tmp_path / "b.csv").write_text("ID,Title\nA1,Printer jams\n", encoding="utf-8")
+    assert load(tmp_path / "b.csv", mapping={"subject": " title "}).tickets[0].subject == "Printer jams"
+
+
+def test_a_missing_mapped_column_names_the_columns_found_and_nothing_else(tmp_path):
+    path = tmp_path / "export.csv"
+    path.write_text(EXPORT, encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        load(path, mapping={**MAPPING, "solution": "Resolution"})
+    message = str(err.value)
+    assert "'Resolution'" in message and "solution" in message and "line 1" in message
+    assert "'Summary', 'Issue id', 'Status', 'Description', 'Secret notes'" in message
+    assert "SECRET-CELL-1" not in message and "rattling" not in message and "\n" not in message
+    with pytest.raises(InputError, match="no column for the ticket id"):
+        load(path, mapping={"subject": "Summary"})  # no 'id' column and no mapping for it
+
+
+def test_jsonl_with_a_column_mapping(tmp_path):
+    path = write_jsonl(tmp_path / "export.jsonl", [
+        {"key": 7, "title": "Pump noise", "body": "Rattling at start.", "owner": "ann"},
+        {"key": "8", "title": "Valve leak"},
+    ])
+    data = load(path, mapping={"id": "key", "subject": "title", "description": "body"})
+    assert [(t.id, t.subject, t.description) for t in data.tickets] == [("7", "Pump noise", "Rattling at start."),
+                                                                      ("8", "Valve leak", "")]
+    assert data.tickets[0].metadata == {"owner": "ann"}
+    with pytest.raises(InputError, match="no record has the field 'text'.*'body', 'key', 'owner', 'title'"):
+        load(path, mapping={"id": "key", "subject": "title", "description": "text"})
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"title": "no id here"}])
+    with pytest.raises(InputError, match="line 1.*no field 'key'"):
+        load(bad, mapping={"id": "key", "subject": "title"})
+
+
+def test_mapping_from_arguments_and_files(tmp_path):
+    assert parse_mapping(["id=Issue id", "Subject = Summary"]) == {"id": "Issue id", "subject": "Summary"}
+    with pytest.raises(InputError, match="FIELD=COLUMN"):
+        parse_mapping(["subject"])
+    with pytest.raises(InputError, match="cannot map 'title'"):
+        parse_mapping(["title=Summary"])
+    with pytest.raises(InputError, match="empty"):
+        parse_mapping(["subject="])
+    (tmp_path / "m.json").write_text('{"id": "Issue id", "subject": "Summary"}', encoding="utf-8")
+    (tmp_path / "m.txt").write_text('# SeaMonkey export\nid="Issue id"\n\nsubject=Summary\n', encoding="utf-8")
+    assert read_mapping(tmp_path / "m.json") == read_mapping(tmp_path / "m.txt") == {"id": "Issue id", "subject": "Summary"}
+    (tmp_path / "bad.json").write_text('{"id": ', encoding="utf-8")
+    with pytest.raises(InputError, match="bad JSON"):
+        read_mapping(tmp_path / "bad.json")
+    with pytest.raises(InputError, match="SemEval XML, whose fields are fixed"):
+        (tmp_path / "x.xml").write_text(SEMEVAL, encoding="utf-8")
+        load(tmp_path / "x.xml", mapping={"id": "x"})
+
+
+def test_subject_only_tickets_and_queries_are_valid(tmp_path):
+    path = write_jsonl(tmp_path / "kb.jsonl", [
+        {"type": "ticket", "id": "T1", "subject": "Pump noise"},
+        {"type": "query", "id": "Q1", "subject": "noisy pump"},
+        {"type": "pair", "query_id": "Q1", "ticket_id": "T1", "label": "YES"},
+    ])
+    data = load(path)
+    assert (data.tickets[0].description, data.tickets[0].solution, data.queries[0].description) == ("", "", "")
+    (tmp_path / "t.csv").write_text("id,subject\nT1,Pump noise\n", encoding="utf-8")
+    (tmp_path / "p.csv").write_text("query_id,query_subject,ticket_id,score\nQ1,noisy pump,T1,5\n", encoding="utf-8")
+    data = load_many([tmp_path / "t.csv", tmp_path / "p.csv"])
+    assert data.tickets[0].subject == "Pump noise" and data.queries[0].description == ""
+
+
+def test_repeated_records_with_trivial_differences_warn_and_keep_the_first(tmp_path):
+    path = tmp_path / "export.csv"
+    path.write_text('id,subject,description\n'
+                    'A,Pump noise,"Rattling  at start."\n'
+                    'B,Valve leak,Flange\n'
+                    'A,"""Pump noise""",Rattling at start. \n'  # a stray quote and white space
+                    "A,Pump noise,Rattling at\tstart.\n", encoding="utf-8")
+    warnings: list[str] = []
+    data = load(path, warn=warnings.append)
+    assert [t.id for t in data.tickets] == ["A", "B"] and data.tickets[0].subject == "Pump noise"
+    assert len(warnings) == 1 and "2 records repeat" in warnings[0] and "(ids A)" in warnings[0]
+    path.write_text("id,subject,description\nA,Pump noise,Rattling\nA,Pump noise,Grinding\n", encoding="utf-8")
+    with pytest.raises(InputError, match="line 3: ticket id 'A' appears twice with different content"):
+        load(path, warn=warnings.append)
+
+
+# -- duplicate links -------------------------------------------------------------------------------------------------
+def test_links_with_a_header_are_validated(tmp_path):
+    path = tmp_path / "links.csv"
+    path.write_text("Issue id,Duplicate id\n1,2\n2,1\n1,2\n3,3\n1,9\n4,1\n", encoding="utf-8")
+    warnings: list[str] = []
+    links = load_links(path, known_ids=["1", "2", "3", "4"], warn=warnings.append)
+    assert links == [("1", "2"), ("4", "1")]  # symmetric and exact repeats, the self-link and the unknown id dropped
+    assert len(warnings) == 1
+    assert "1 naming a ticket that is not in the knowledge base" in warnings[0]
+    assert "1 self-links" in warnings[0] and "2 repeats" in warnings[0]
+    assert load_links(path, ["duplicate ID", "issue id"], warn=warnings.append)[:2] == [("2", "1"), ("9", "1")]
+    with pytest.raises(InputError, match="no column 'Dup'.*'Issue id', 'Duplicate id'"):
+        load_links(path, ["Issue id", "Dup"])
+
+
+def test_links_without_a_header(tmp_path):
+    path = tmp_path / "links.csv"
+    path.write_text("T-1,T-2\nT-3,T-1\n", encoding="utf-8")
+    assert load_links(path) == [("T-1", "T-2"), ("T-3", "T-1")]  # ids hold digits: no header
+    assert load_links(path, known_ids=["T-1", "T-2", "T-3"]) == [("T-1", "T-2"), ("T-3", "T-1")]
+    (tmp_path / "tabs.tsv").write_text("a\tb\nT-1\tT-2\n", encoding="utf-8")
+    assert load_links(tmp_path / "tabs.tsv") == [("T-1", "T-2")]  # "a", "b" hold no digit: a header
+    with pytest.raises(InputError, match="no usable link"):
+        load_links(path, known_ids=["X"])
+    (tmp_path / "one.csv").write_text("T-1\n", encoding="utf-8")
+    with pytest.raises(InputError, match="two ticket ids"):
+        load_links(tmp_path / "one.csv")
+    with pytest.raises(InputError, match="does not exist"):
+        load_links(tmp_path / "nope.csv")

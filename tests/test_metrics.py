@@ -4,6 +4,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+import ranx
 
 from recommender.errors import InputError
 from recommender.evaluation import metrics as M
@@ -121,7 +122,6 @@ def test_ranking_metrics_agree_with_ranx_on_random_rankings():
     """Our map@k ↔ ranx `map@k` (AP divides by all relevant R), mrr@k ↔ `mrr@k`, p@k ↔ `precision@k`,
     acc@k ↔ `hit_rate@k`. Random graded labels, relevance = label ≥ 3; every query has ≥ 1 relevant ticket
     (ranx needs one), distinct scores (no tie-order ambiguity), 15 retrieved of 20 labelled (some relevant unretrieved)."""
-    ranx = pytest.importorskip("ranx")
     rng = np.random.default_rng(7)
     run, qrels, ranx_run, ranx_qrels = {}, {}, {}, {}
     for q in range(40):

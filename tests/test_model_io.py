@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from recommender.errors import ModelError
-from recommender.model.bundle import TicketModel, bm25_ratios
+from recommender.model.bundle import TicketModel
 from recommender.data.records import Query
 from recommender.model.siamese import SiameseConfig
 from recommender.model.training import train_model
@@ -41,8 +41,8 @@ def test_saved_model_reloads_with_identical_scores_and_vectors(trained):
                                                      "weights.pt", "word2vec.npy"]
     loaded = TicketModel.load(out)
     qs, ts = _pairs(dev)
-    bm25 = np.arange(len(qs), dtype=float)
-    assert np.array_equal(loaded.score_pairs(qs, ts, bm25), model.score_pairs(qs, ts, bm25))
+    lexical = np.linspace(0.0, 1.0, len(qs))
+    assert np.array_equal(loaded.score_pairs(qs, ts, lexical), model.score_pairs(qs, ts, lexical))
     a, b = model.encode_tickets(ts[:5]), loaded.encode_tickets(ts[:5])
     assert a.keys() == b.keys() == {"SUB.h", "SUB.E", "DESC.h", "DESC.E", "SOL.h", "SOL.E"}
     assert all(np.array_equal(a[k], b[k]) and a[k].dtype == np.float32 for k in a)
@@ -64,13 +64,12 @@ def test_saved_model_reloads_with_identical_scores_and_vectors(trained):
 def test_score_pairs_is_the_formula_over_encoded_vectors(trained):
     model, _, dev = trained
     qs, ts = _pairs(dev)
-    bm25 = np.linspace(0, 3, len(qs))
+    lexical = np.linspace(0, 1, len(qs))
     q, t = model.encode_queries(qs), model.encode_tickets(ts)
     spec = model.metric_spec()
-    ratio = bm25_ratios([x.id for x in qs], bm25)
     d = sum(v * sum(w * np.abs(q[f"{a}.{c}"] - t[f"{b}.{c}"]).sum(1) for c, w in spec["channels"].items())
-            for a, b, v in spec["pairs"]) + spec["bm25"] * (1 - ratio)
-    assert np.allclose(model.score_pairs(qs, ts, bm25), np.exp(-d), rtol=1e-5, atol=1e-7)
+            for a, b, v in spec["pairs"]) + spec["bm25"] * (1 - lexical)
+    assert np.allclose(model.score_pairs(qs, ts, lexical), np.exp(-d), rtol=1e-5, atol=1e-7)
 
 
 def test_oov_words_in_a_query_still_encode(trained):
@@ -157,7 +156,6 @@ def test_presets_without_training_still_save_and_load(tiny_tickets, tmp_path):
 
 
 def test_topic_channel_model_saves_loads_and_explains_topics(tiny_tickets, tmp_path):
-    pytest.importorskip("topic_models.docnade")
     config = SiameseConfig(**{**TINY, "channels": {"h": 0.5, "E": 0.3, "T": 0.2}, "topics": 4, "topic_epochs": 2})
     model = train_model(tiny_tickets(0), tiny_tickets(1), config, tmp_path / "t", seed=0, progress=False)
     assert (tmp_path / "t" / "docnade" / "config.json").exists() and (tmp_path / "t" / "topic_vocab.json").exists()

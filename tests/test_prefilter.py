@@ -1,4 +1,4 @@
-"""The FTS5 BM25 pre-filter: user text is never FTS5 syntax, ranking is BM25, scores agree, the index follows the store."""
+"""The FTS5 searcher: user text is never FTS5 syntax, ranking is BM25, scores agree, the index follows the store."""
 import json
 import random
 
@@ -6,10 +6,10 @@ import pytest
 from click.testing import CliRunner
 
 from recommender.config import Settings
-from recommender.errors import TicketrecError
-from recommender.lexical.searchers import (
-    MAX_QUERY_TERMS, ElasticsearchPrefilter, Fts5Prefilter, IndexPrefilter, fts5_match_expression, make_prefilter, query_terms,
-)
+from recommender.errors import IndexStateError, TicketrecError
+from recommender.lexical.analyzer import MAX_QUERY_TERMS, query_terms
+from recommender.lexical.searchers import ElasticsearchSearcher, Fts5Searcher, fts5_match_expression
+from recommender.serving.searchers import IndexSearcher, make_searcher
 from recommender.data.records import Ticket
 from recommender.data.store import Dataset, Store
 
@@ -38,7 +38,7 @@ def store(tmp_path):
 
 @pytest.fixture
 def fts(store):
-    return Fts5Prefilter(store)
+    return Fts5Searcher(store)
 
 
 HOSTILE = ['"', '""', '*', 'NEAR(', 'NEAR', 'OR', 'AND', 'NOT', '-', '^', '(', ')', 'a:b', 'subject:', ':', '+',
@@ -48,7 +48,7 @@ HOSTILE = ['"', '""', '*', 'NEAR(', 'NEAR', 'OR', 'AND', 'NOT', '-', '^', '(', '
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_fts5_syntax_in_user_text_never_raises(fts, text):
-    hits = fts.candidates(text, 10)
+    hits = fts.search(text, 10)
     assert isinstance(hits, list)
     assert all(isinstance(tid, str) and isinstance(s, float) for tid, s in hits)
     fts.score_tickets(text, [t.id for t in TICKETS])  # the same expression; must not raise either
@@ -56,21 +56,21 @@ def test_fts5_syntax_in_user_text_never_raises(fts, text):
 
 def test_operators_alone_match_nothing(fts):
     for text in ['"', '*', 'OR', 'AND', 'NOT', '-', '^', '(', ')', ':', 'a:b', '']:
-        assert fts.candidates(text, 10) == [], text
+        assert fts.search(text, 10) == [], text
 
 
 def test_keywords_and_operators_are_plain_words(fts):
     # NEAR is searched as the word "near" (only VL-3 contains it), not as the NEAR() group
-    assert [tid for tid, _ in fts.candidates("NEAR(", 10)] == ["VL-3"]
+    assert [tid for tid, _ in fts.search("NEAR(", 10)] == ["VL-3"]
     # "-valve" is not NOT valve: the valve tickets come back
-    valve = {tid for tid, _ in fts.candidates("-valve", 10)}
+    valve = {tid for tid, _ in fts.search("-valve", 10)}
     assert valve == {"CP-2", "VL-3", "LB-4"}
     # a column filter is not one: "subject:valve" also finds tickets whose subject lacks "valve"
-    assert {tid for tid, _ in fts.candidates("subject:valve", 10)} >= {"CP-2", "LB-4"}
+    assert {tid for tid, _ in fts.search("subject:valve", 10)} >= {"CP-2", "LB-4"}
     # "*" is not a prefix operator: "turb*" does not match "turbine"
-    assert fts.candidates("turb*", 10) == []
+    assert fts.search("turb*", 10) == []
     # "oil NOT valve" keeps the valve tickets (NOT is a stop word here, not an operator)
-    assert {"CP-2"} <= {tid for tid, _ in fts.candidates("oil NOT valve", 10)}
+    assert {"CP-2"} <= {tid for tid, _ in fts.search("oil NOT valve", 10)}
 
 
 def test_match_expression_quotes_every_term():
@@ -79,10 +79,10 @@ def test_match_expression_quotes_every_term():
 
 
 def test_empty_and_stop_word_queries_give_no_candidates(fts):
-    assert fts.candidates("", 10) == []
-    assert fts.candidates("   \n\t", 10) == []
-    assert fts.candidates("the and of it is", 10) == []
-    assert fts.candidates("valve", 0) == []
+    assert fts.search("", 10) == []
+    assert fts.search("   \n\t", 10) == []
+    assert fts.search("the and of it is", 10) == []
+    assert fts.search("valve", 0) == []
     assert fts.score_tickets("the of", ["GT-1"]) == {"GT-1": 0.0}
 
 
@@ -94,39 +94,39 @@ def test_100kb_query_works_and_keeps_the_rare_terms(fts):
     expr = fts.match_expression(text)
     assert 0 < expr.count(" OR ") + 1 <= MAX_QUERY_TERMS
     assert '"igniter"' in expr and '"valve"' in expr  # held by the index: kept over the unknown filler words
-    hits = fts.candidates(text, 10)
+    hits = fts.search(text, 10)
     assert hits[0][0] == "GT-1"  # "igniter" is the rarest matching term (valve is in half the tickets)
     assert {tid for tid, _ in hits} == {"GT-1", "CP-2", "VL-3", "LB-4"}
     fts.store.close()  # a new connection (the vocabulary table is per connection) gives the same answer
-    assert fts.candidates(text, 10) == hits
+    assert fts.search(text, 10) == hits
 
 
 def test_rare_words_win(fts):
-    hits = fts.candidates("diode bridge oil valve", 10)
+    hits = fts.search("diode bridge oil valve", 10)
     assert hits[0][0] == "AUX-6"
     scores = [s for _, s in hits]
     assert scores == sorted(scores, reverse=True) and all(s > 0 for s in scores)
 
 
 def test_k_limits_and_orders_results(fts):
-    hits = fts.candidates("valve oil clean replace", 2)
+    hits = fts.search("valve oil clean replace", 2)
     assert len(hits) == 2
     assert hits[0][1] >= hits[1][1]
-    assert len(fts.candidates("valve oil clean replace", 100)) == 5  # every ticket with one of the words
+    assert len(fts.search("valve oil clean replace", 100)) == 5  # every ticket with one of the words
 
 
 def test_subject_weight_counts(store):
     text = "exciter fault"  # AUX-6 has "excitation"/"fault" in the subject, "exciter" in description and solution
-    heavy = dict(Fts5Prefilter(store, weights=(5.0, 1.0, 1.0)).candidates(text, 5))
-    none = dict(Fts5Prefilter(store, weights=(0.0, 1.0, 1.0)).candidates(text, 5))
+    heavy = dict(Fts5Searcher(store, weights=(5.0, 1.0, 1.0)).search(text, 5))
+    none = dict(Fts5Searcher(store, weights=(0.0, 1.0, 1.0)).search(text, 5))
     assert heavy["AUX-6"] > none["AUX-6"]
     with pytest.raises(TicketrecError):
-        Fts5Prefilter(store, weights=(1.0, 1.0))
+        Fts5Searcher(store, weights=(1.0, 1.0))
 
 
-def test_score_tickets_agrees_with_candidates(fts):
+def test_score_tickets_agrees_with_search(fts):
     text = "Lube oil leaks near the valve, temperature high"
-    hits = fts.candidates(text, 10)
+    hits = fts.search(text, 10)
     scores = fts.score_tickets(text, [tid for tid, _ in hits] + ["GT-1", "no-such-ticket"])
     for tid, s in hits:
         assert scores[tid] == pytest.approx(s, rel=1e-12)
@@ -134,42 +134,48 @@ def test_score_tickets_agrees_with_candidates(fts):
     assert "GT-1" not in dict(hits) and scores["GT-1"] == 0.0
 
 
-def test_batch_candidates_equals_single_queries(fts):
+def test_batch_search_equals_single_queries(fts):
     texts = ["valve leak", "", "compressor surge vibration"]
-    assert fts.batch_candidates(texts, 3) == [fts.candidates(t, 3) for t in texts]
+    assert fts.batch_search(texts, 3) == [fts.search(t, 3) for t in texts]
 
 
 def test_index_follows_store_updates(store, fts):
-    assert fts.candidates("sandblast", 5) == []
+    assert fts.search("sandblast", 5) == []
     changed = Ticket("VL-3", "Valve stem corrosion", "Rust on the valve stem.", "Sandblast and coat the stem.")
     store.import_dataset(Dataset([changed, Ticket("NEW-7", "Sandblast nozzle worn", "Worn nozzle.", "Swap it.")]))
-    assert {tid for tid, _ in fts.candidates("sandblast", 5)} == {"VL-3", "NEW-7"}
-    assert "VL-3" not in {tid for tid, _ in fts.candidates("puddle gasket", 5)}  # the old text is gone
+    assert {tid for tid, _ in fts.search("sandblast", 5)} == {"VL-3", "NEW-7"}
+    assert "VL-3" not in {tid for tid, _ in fts.search("puddle gasket", 5)}  # the old text is gone
     assert fts.count() == len(TICKETS) + 1
-    before = fts.candidates("valve stem oil", 10)
+    before = fts.search("valve stem oil", 10)
     assert fts.rebuild() == len(TICKETS) + 1
-    assert fts.candidates("valve stem oil", 10) == before
+    assert fts.search("valve stem oil", 10) == before
     assert fts.index(TICKETS) == 0  # nothing to do: the triggers already did it
 
 
 def test_term_cap_uses_fresh_document_frequencies(store):
-    one = Fts5Prefilter(store, max_terms=1)  # keeps the single term with the highest query-count x IDF
+    one = Fts5Searcher(store, max_terms=1)  # keeps the single term with the highest query-count x IDF
     assert one.match_expression("sandblast valve") == '"valve"'  # "sandblast" is in no ticket yet
     store.import_dataset(Dataset([Ticket("NEW-7", "Sandblast nozzle worn", "Worn nozzle.", "Swap it.")]))
     assert one.match_expression("sandblast valve") == '"sandblast"'  # now the rarer one (cache invalidated)
-    assert one.match_expression("valve valve valve sandblast") == '"valve"'  # query counts weigh in
+    # query counts weigh in: IDF(valve) = ln(4.5/3.5) = 0.25, IDF(sandblast) = ln(6.5/1.5) = 1.47 (bm25.idf)
+    assert one.match_expression("valve " * 5 + "sandblast") == '"sandblast"'
+    assert one.match_expression("valve " * 6 + "sandblast") == '"valve"'
 
 
-def test_make_prefilter_picks_backend(store):
+def test_make_searcher_picks_backend(store):
     base = Settings(home=store.path.parent, db=store.path, model=store.path.parent / "m")
-    assert isinstance(make_prefilter(base, store), IndexPrefilter)
-    assert isinstance(make_prefilter(base.replace(prefilter="fts5"), store), Fts5Prefilter)
-    es = make_prefilter(base.replace(prefilter="elasticsearch", es_url="http://localhost:9200"), store)
-    assert isinstance(es, ElasticsearchPrefilter) and es.alias == base.es_index
+    with pytest.raises(IndexStateError):  # the index backend and no index built: said, not guessed
+        make_searcher(base, store)
+    opened = object()  # the index version a caller already opened is wrapped, not opened again
+    searcher = make_searcher(base, store, opened)
+    assert isinstance(searcher, IndexSearcher) and searcher.ticket_index is opened
+    assert isinstance(make_searcher(base.replace(prefilter="fts5"), store), Fts5Searcher)
+    es = make_searcher(base.replace(prefilter="elasticsearch", es_url="http://localhost:9200"), store)
+    assert isinstance(es, ElasticsearchSearcher) and es.alias == base.es_index
     with pytest.raises(TicketrecError, match="TICKETREC_ES_URL"):
-        make_prefilter(base.replace(prefilter="elasticsearch"), store)
+        make_searcher(base.replace(prefilter="elasticsearch"), store)
     with pytest.raises(TicketrecError, match="index, fts5 or elasticsearch"):
-        make_prefilter(base.replace(prefilter="lucene"), store)
+        make_searcher(base.replace(prefilter="lucene"), store)
 
 
 # -- the CLI ------------------------------------------------------------------------------------------------------

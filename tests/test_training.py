@@ -8,7 +8,8 @@ from recommender.errors import InputError
 from recommender.data.records import LabeledPair
 from recommender.model.siamese import SiameseConfig
 from recommender.data.store import Dataset
-from recommender.model.training import (PairSet, bm25_pair_scores, mean_average_precision, select_weights,
+from recommender.lexical.bm25 import Bm25Scorer
+from recommender.model.training import (PairSet, lexical_features, mean_average_precision, select_weights,
                                   split_queries, train_model)
 
 TINY = dict(word_dim=16, hidden=8, char_dim=4, char_hidden=5, epochs=2, batch_size=8, min_count=1, w2v_epochs=2,
@@ -103,11 +104,20 @@ def test_calibrator_is_sklearn_isotonic_and_roundtrips_json(tmp_path):
     assert "X_thresholds_" in (tmp_path / "c.json").read_text()
 
 
-def test_bm25_prefers_the_ticket_sharing_rare_words():
-    q = [{"SUB": ["valve", "leak"], "DESC": ["seal", "worn"]}]
-    t = [{"SUB": ["valve", "leak"], "DESC": ["seal"], "SOL": ["replace"]}, {"SUB": ["turbine"], "DESC": ["blade"], "SOL": []}]
-    s = bm25_pair_scores(q, t, np.array([0, 0]), np.array([0, 1]))
-    assert s[0] > 0 and s[1] == 0
+def test_lexical_features_divide_by_the_knowledge_base_maximum():
+    from recommender.data.records import Query, Ticket
+
+    tickets = [Ticket("a", "Valve leak", "The seal is worn.", "Replace the seal."),
+               Ticket("b", "Turbine blade", "Blade crack.", "Swap it."),
+               Ticket("c", "Valve leak at the seal", "Valve seal worn, leak at the valve.", "New valve seal.")]
+    data = Dataset(tickets, [Query("Valve leak", "worn seal", id="q")], [LabeledPair("q", "a", 5.0), LabeledPair("q", "b", 1.0)])
+    pairs = PairSet.from_dataset(data, "training")
+    lexical = lexical_features(pairs, tickets)  # "c" is not labelled but is in the knowledge base
+    every = Bm25Scorer(tickets).scores("Valve leak\nworn seal")
+    assert every.argmax() == 2 and lexical.tolist() == [every[0] / every[2], 0.0]
+    assert 0 < lexical[0] < 1  # normalised by the knowledge base's best ticket, not by the labelled ones
+    with pytest.raises(InputError, match="outside the knowledge base"):
+        lexical_features(pairs, tickets[1:])
 
 
 def test_pairs_naming_unknown_tickets_are_refused(tiny_tickets):

@@ -240,15 +240,16 @@ class DocNADE(nn.Module):
 
     # -- persistence ------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
-        """Write config.json and weights.pt into `directory` (created when missing)."""
+        """Write config.json and weights.pt into `directory` (created when missing).
+
+        The two files are written in place: a caller that needs them atomic writes into a directory that is
+        renamed into place afterwards (TicketModel.save writes into `recommender.files.atomic_directory`).
+        """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         config = {"format_version": FORMAT_VERSION, "model": "docnade", **asdict(self.config)}
-        tmp_cfg, tmp_w = directory / (CONFIG_FILE + ".tmp"), directory / (WEIGHTS_FILE + ".tmp")
-        tmp_cfg.write_text(json.dumps(config, indent=2), encoding="utf-8")
-        torch.save(self.state_dict(), tmp_w)
-        tmp_w.replace(directory / WEIGHTS_FILE)
-        tmp_cfg.replace(directory / CONFIG_FILE)
+        torch.save(self.state_dict(), directory / WEIGHTS_FILE)
+        (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2), encoding="utf-8")
 
     @classmethod
     def load(cls, directory: str | Path) -> "DocNADE":

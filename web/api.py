@@ -54,14 +54,16 @@ def _body() -> dict[str, Any]:
     return data
 
 
-def _text(data: dict[str, Any], name: str, limit: int, too_long_status: int = 400) -> str:
+def _text(data: dict[str, Any], name: str, limit: int, too_long_status: int = 400, required: bool = True) -> str:
     value = data.get(name)
+    if value is None and not required:
+        return ""
     if value is None:
         raise ApiError(400, f"'{name}' is required (a non-empty string)")
     if not isinstance(value, str):
         raise ApiError(400, f"'{name}' must be a string, not {type(value).__name__}")
     value = value.strip()
-    if not value:
+    if not value and required:
         raise ApiError(400, f"'{name}' must not be empty")
     if len(value) > limit:
         raise ApiError(too_long_status, f"'{name}' has {len(value):,} characters; the limit is {limit:,}; shorten it")
@@ -70,7 +72,8 @@ def _text(data: dict[str, Any], name: str, limit: int, too_long_status: int = 40
 
 def _query(data: dict[str, Any]) -> tuple[str, str]:
     subject = _text(data, "subject", MAX_SUBJECT)
-    description = _text(data, "description", int(current_app.config["MAX_DESCRIPTION"]), too_long_status=413)
+    description = _text(data, "description", int(current_app.config["MAX_DESCRIPTION"]), too_long_status=413,
+                        required=False)  # a subject alone is a valid query
     return subject, description
 
 
@@ -91,11 +94,16 @@ def recommendations():
     except TicketrecError as exc:
         raise ApiError(503, f"no recommendations can be served: {exc}") from exc
     services().remember(answer.query)
+    info = answer.info
     return jsonify({
         "query_key": answer.key,
         "model_version": answer.model_version,
         "index_version": answer.index_version,
         "took_ms": round(answer.took_ms, 2),
+        "served": None if info is None else {  # how: pre-filter, scoring (celery | in-process) and why, candidates
+            "prefilter": info.prefilter, "mode": info.mode, "fallback_reason": info.fallback_reason,
+            "candidates": info.candidates, "timings_ms": {k: round(v * 1000.0, 2) for k, v in info.timings.items()},
+        },
         "results": [rec.to_dict() for rec in answer.results],
     })
 

@@ -33,10 +33,9 @@ class SearchForm(FlaskForm):
         validators=[DataRequired("Enter the ticket's subject (a few words)."),
                     Length(max=MAX_SUBJECT, message=f"Keep the subject under {MAX_SUBJECT:,} characters.")],
     )
-    description = TextAreaField(
-        "Description",
-        validators=[DataRequired("Enter the ticket's description (what happened, what was observed)."),
-                    _description_not_too_long],
+    description = TextAreaField(  # optional: a subject alone is a valid query
+        "Description", default="",
+        validators=[_description_not_too_long],
     )
 
 
@@ -51,7 +50,7 @@ class FeedbackForm(FlaskForm):
     `choice = "<LABEL> <ticket id>"`."""
 
     subject = HiddenField(validators=[DataRequired(), Length(max=MAX_SUBJECT)])
-    description = HiddenField(validators=[DataRequired(), _description_not_too_long])
+    description = HiddenField(default="", validators=[_description_not_too_long])
     choice = StringField(validators=[DataRequired("Choose YES, REL or NO on one result."), _label_and_ticket])
 
     @property

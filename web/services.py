@@ -1,7 +1,9 @@
 """What the web app needs from the core library, in one object per app: the store, the engine, versions, status.
 
-The engine is heavy (it loads the model and maps the index), so it is built once, lazily, on the first request
-that needs it; a missing model or index is reported as a `TicketrecError` the pages turn into a clear message.
+The engine is heavy (it maps the index and loads the model that index version carries), so it is built once,
+lazily, on the first request that needs it; a missing model or index is reported as a `TicketrecError` the pages
+turn into a clear message. The engine is safe to call from every request thread at once: no lock is taken here
+around a query, and each answer names the index and model versions that made it.
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ class RecommendResult:
     took_ms: float
     model_version: str
     index_version: str
+    #: How the engine answered (`recommender.serving.engine.AnswerInfo`: pre-filter, scoring mode, timings).
+    info: Any = None
 
 
 class TicketrecServices:
@@ -44,8 +48,7 @@ class TicketrecServices:
             settings.home / "reports", Path(__file__).resolve().parents[1] / "docs" / "results"]
         self._engine = engine
         self._engine_factory = engine_factory
-        self._engine_lock = threading.Lock()
-        self._recommend_lock = threading.Lock()
+        self._engine_lock = threading.Lock()  # the engine is built once; queries then run without a lock
         self._local = threading.local()
         self._recent: OrderedDict[str, Query] = OrderedDict()
         self._recent_lock = threading.Lock()
@@ -87,31 +90,32 @@ class TicketrecServices:
         return engine, None
 
     def versions(self) -> tuple[str, str]:
-        """(model version, index version) being served, or empty strings when none can be loaded."""
+        """(model version, index version) being served (of one index version: the model it carries), or empty
+        strings when none can be loaded."""
         engine, _ = self.engine_or_error()
         if engine is None:
             return "", ""
-        return str(engine.model.version), str(engine.index.version)
+        index = engine.index
+        return str(index.model_version), str(index.version)
 
     def recommend(self, subject: str, description: str, k: int = 10, exclude: str | None = None) -> RecommendResult:
         """Rank the knowledge base for one query (optionally leaving out one ticket: its own neighbours)."""
         engine = self.engine()
         query = Query(subject, description)
         started = time.perf_counter()
-        with self._recommend_lock:
-            results = engine.recommend(query, k=k + 1 if exclude else k)
+        answer = engine.recommend(query, k=k + 1 if exclude else k)
         took_ms = (time.perf_counter() - started) * 1000.0
+        results = list(answer.items)
         if exclude is not None:
             results = [r for r in results if r.ticket.id != exclude][:k]
             for rank, rec in enumerate(results, start=1):
                 rec.rank = rank
-        info = getattr(engine, "last_info", {}) or {}
-        model_version = str(info.get("model_version") or engine.model.version)
-        index_version = str(info.get("index_version") or engine.index.version)
-        return RecommendResult(query, query_key(subject, description), results, took_ms, model_version, index_version)
+        info = answer.info
+        return RecommendResult(query, query_key(subject, description), results, took_ms, str(info.model_version),
+                               str(info.index_version), info)
 
     def topic_words(self, k: int = 10) -> list[list[str]]:
-        """Top `k` words of every DocNADE topic of the served model."""
+        """Top `k` words of every DocNADE topic of the served model (the model of the served index version)."""
         return self.engine().model.topic_words(k)
 
     # -- recent queries (this process; offered for reuse on the search page) ---------------------------
@@ -158,9 +162,10 @@ class TicketrecServices:
         engine, _ = self.engine_or_error()
         if engine is None:
             return None
-        config = dict(engine.model.config or {})
+        model = engine.model
+        config = dict(model.config or {})
         return {
-            "version": str(engine.model.version),
+            "version": str(model.version),
             "data_fingerprint": config.get("data_fingerprint"),
             "created": config.get("trained_at"),
         }

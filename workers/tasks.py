@@ -36,33 +36,19 @@ def score_shard(self, index_version: str, shard: int, n_shards: int, query_vecs:
 @shared_task(name="ticketrec.reindex", bind=True)
 def reindex(self, full: bool = False) -> dict:
     """Incremental (or full) rebuild of the ticket index with the current model; the version that serves after."""
-    from recommender.serving.index import build_index, open_current
-    from recommender.model.bundle import TicketModel
-    from recommender.data.store import Store
+    from recommender.serving.reindex import reindex as reindex_here
 
-    settings = self.resources.settings
-    store = Store(settings.db)
-    try:
-        model = TicketModel.load(settings.model)
-        prefilter = None
-        if settings.prefilter in ("elasticsearch", "es"):  # FTS5 and the index's postings need no feeding
-            from recommender.lexical.searchers import make_prefilter
-
-            prefilter = make_prefilter(settings, store)
-        version = build_index(store, model, settings, incremental=not full, progress=False, prefilter=prefilter)
-        index = open_current(settings)
-        log.info("reindex done: %s (%d tickets)", version, len(index))
-        return {"version": version, "n_tickets": len(index), "encoded": index.manifest.get("encoded"),
-                "reused": index.manifest.get("reused")}
-    finally:
-        store.close()
+    result = reindex_here(self.resources.settings, full=full, progress=False)
+    log.info("reindex done: %s (%d tickets)", result["version"], result["n_tickets"])
+    return result
 
 
 @shared_task(name="ticketrec.train", bind=True)
 def train(self, preset: str = "ml_cl_hET", overrides: dict | None = None, out: str | None = None, seed: int = 0,
           reindex: bool = True) -> dict:
     """Train a model on the store's labelled pairs (a held-out share of queries for early stopping), save it to
-    `out` (default: TICKETREC_MODEL) and, when it is the serving model, rebuild the index for it."""
+    `out` (default: TICKETREC_MODEL) and, when it is TICKETREC_MODEL (the model builds use), build an index version
+    with it: the engines serve the model a version carries, so the new model serves once that version is current."""
     from pathlib import Path
 
     from recommender.serving.index import build_index

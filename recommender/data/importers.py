@@ -1,18 +1,22 @@
-"""Read knowledge-base files (JSONL, CSV, SemEval-2016/2017 Task 3 XML) into a validated `Dataset`.
+"""Read knowledge-base files (JSONL, CSV, SemEval-2016/2017 Task 3 XML) into a validated `Dataset`, and
+duplicate-link files into id pairs.
 
 Everything is parsed and checked before anything is written: a malformed record raises `InputError` naming
 the file, the line (or XML element id) and the reason. `Store.import_dataset` then writes the result in one
-transaction. The formats are documented in `docs/data-formats.md`.
+transaction. A help desk's own export is read through a column mapping (`ColumnMap`: our field → its column).
+The formats are documented in `docs/data-formats.md`.
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
+import logging
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from tqdm import tqdm
 
@@ -28,7 +32,32 @@ _EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": 
 SEMEVAL_LABELS = {"PerfectMatch": 5.0, "Relevant": 3.0, "Irrelevant": 1.0}
 
 TICKET_COLUMNS = ("id", "subject", "description", "solution")
-PAIR_COLUMNS = ("query_id", "query_subject", "query_description", "ticket_id")
+#: The columns a tickets file (or a mapping) must give; description and solution are optional.
+REQUIRED_TICKET_COLUMNS = ("id", "subject")
+PAIR_COLUMNS = ("query_id", "query_subject", "ticket_id")  # query_description optional
+
+#: Column mapping of a help desk's export: our ticket field (id, subject, description, solution) → its column.
+ColumnMap = Mapping[str, str]
+#: Receives one-line warnings (records repeated with trivial differences, dropped links); default: the log.
+Warn = Callable[[str], None]
+
+log = logging.getLogger(__name__)
+_QUOTES = re.compile("[\"'`\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u00ab\u00bb]")
+_SPACES = re.compile(r"\s+")
+
+
+def _normalised(value: Any) -> Any:
+    """`value` with quotes removed and white space folded (strings inside dicts too): what a repeated export
+    record may differ by without being a different record."""
+    if isinstance(value, str):
+        return _SPACES.sub(" ", _QUOTES.sub("", value)).strip()
+    if isinstance(value, dict):
+        return {k: _normalised(v) for k, v in value.items()}
+    return value
+
+
+def _same_record(a: Ticket | Query, b: Ticket | Query) -> bool:
+    return _normalised(vars(a)) == _normalised(vars(b))
 
 
 @dataclass
@@ -41,6 +70,8 @@ class _Parsed:
     pairs: dict[tuple[str, str], LabeledPair] = field(default_factory=dict)
     pair_meta: dict[tuple[str, str], dict] = field(default_factory=dict)
     where: dict[tuple[str, str], str] = field(default_factory=dict)  # pair key → "line 12" / "element ..."
+    mapping: dict[str, str] | None = None  # our field → the file's column (a mapped export of tickets)
+    repeated: list[str] = field(default_factory=list)  # ids repeated with only white space / quote differences
 
     def fail(self, where: str, reason: str, todo: str = "fix the record and import again") -> InputError:
         return InputError(f"{self.path}, {where}: {reason}; {todo} (nothing was imported)")
@@ -48,15 +79,19 @@ class _Parsed:
     def add_ticket(self, ticket: Ticket, where: str) -> None:
         old = self.tickets.get(ticket.id)
         if old is not None and old != ticket:
-            raise self.fail(where, f"ticket id {ticket.id!r} appears twice with different content",
-                            "give every ticket a unique id, or remove the duplicate")
+            if not _same_record(old, ticket):
+                raise self.fail(where, f"ticket id {ticket.id!r} appears twice with different content",
+                                "give every ticket a unique id, or remove the duplicate")
+            self.repeated.append(ticket.id)  # the same record exported twice: keep the first
         self.tickets.setdefault(ticket.id, ticket)
 
     def add_query(self, query: Query, where: str) -> None:
         old = self.queries.get(query.id)
         if old is not None and old != query:
-            raise self.fail(where, f"query id {query.id!r} appears twice with different content",
-                            "give every query a unique id, or make its repeated subject and description identical")
+            if not _same_record(old, query):
+                raise self.fail(where, f"query id {query.id!r} appears twice with different content",
+                                "give every query a unique id, or make its repeated subject and description identical")
+            self.repeated.append(query.id)
         self.queries.setdefault(query.id, query)
 
     def add_pair(self, pair: LabeledPair, where: str, meta: dict | None = None) -> None:
@@ -122,11 +157,12 @@ def _score(parsed: _Parsed, where: str, score: Any, label: Any) -> float:
 
 
 def _ticket(parsed: _Parsed, where: str, record: dict, metadata: dict) -> Ticket:
+    """A ticket from a record with our field names; description and solution may be missing (empty)."""
     ticket = Ticket(
         _ident(parsed, where, record, "id"),
         _text(parsed, where, record, "subject"),
-        _text(parsed, where, record, "description"),
-        _text(parsed, where, record, "solution"),
+        _text(parsed, where, record, "description", required=False),
+        _text(parsed, where, record, "solution", required=False),
         metadata,
     )
     if not ticket.subject and not ticket.description:
@@ -138,7 +174,7 @@ def _ticket(parsed: _Parsed, where: str, record: dict, metadata: dict) -> Ticket
 def _query(parsed: _Parsed, where: str, record: dict, prefix: str = "") -> Query:
     query = Query(
         _text(parsed, where, record, prefix + "subject"),
-        _text(parsed, where, record, prefix + "description"),
+        _text(parsed, where, record, prefix + "description", required=False),
         _ident(parsed, where, record, prefix + "id"),
     )
     if not query.subject and not query.description:
@@ -153,7 +189,36 @@ def _progress(path: Path, enabled: bool) -> tqdm:
 
 
 # -- JSONL --------------------------------------------------------------------------------------------------------
+def _mapped_json_ticket(parsed: _Parsed, where: str, record: dict) -> Ticket:
+    """A ticket from a JSON object with the export's own field names (`parsed.mapping`); other fields with a
+    value become its metadata."""
+    mapping = parsed.mapping or {}
+    fields: dict[str, Any] = {}
+    used = set()
+    for name in TICKET_COLUMNS:
+        source = mapping.get(name, name)
+        if source in record:
+            fields[name] = record[source]
+            used.add(source)
+    if fields.get("id") is None:
+        raise parsed.fail(where, f"the record has no field {mapping.get('id', 'id')!r} (the ticket id)",
+                          "give every record an id, or map the id field with --map id=FIELD")
+    fields.setdefault("subject", "")
+    metadata = {k: v for k, v in record.items() if k not in used and v not in (None, "")}
+    return _ticket(parsed, where, fields, metadata)
+
+
 def _parse_jsonl(parsed: _Parsed, progress: bool) -> None:
+    seen: set[str] = set()  # the fields any record of a mapped export has
+    _read_jsonl(parsed, progress, seen)
+    if parsed.mapping is not None:
+        for name, source in parsed.mapping.items():
+            if source not in seen:
+                raise parsed.fail("every line", f"no record has the field {source!r} (mapped to {name}); the fields "
+                                                f"found are {_names(sorted(seen))}", f"fix the mapping of {name}")
+
+
+def _read_jsonl(parsed: _Parsed, progress: bool, seen: set[str]) -> None:
     with open(parsed.path, "rb") as raw, _progress(parsed.path, progress) as bar:
         for number, line in enumerate(raw, 1):
             bar.update(len(line))
@@ -171,6 +236,10 @@ def _parse_jsonl(parsed: _Parsed, progress: bool) -> None:
                                   "write one JSON object per line") from None
             if not isinstance(record, dict):
                 raise parsed.fail(where, f"a line must hold a JSON object, not {type(record).__name__}")
+            if parsed.mapping is not None:  # a mapped export: every record is a ticket
+                seen.update(record)
+                parsed.add_ticket(_mapped_json_ticket(parsed, where, record), where)
+                continue
             kind = record.get("type")
             if kind == "ticket":
                 metadata = record.get("metadata", {})
@@ -195,6 +264,42 @@ def _parse_jsonl(parsed: _Parsed, progress: bool) -> None:
 
 
 # -- CSV ----------------------------------------------------------------------------------------------------------
+def _names(names: Sequence[str], limit: int = 40) -> str:
+    """Column names for a one-line message: white space folded, long names cut, at most `limit` of them."""
+    shown = [repr(_SPACES.sub(" ", str(n)).strip()[:60]) for n in names[:limit]]
+    return ", ".join(shown) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _ticket_columns(parsed: _Parsed, header: Sequence[str]) -> dict[str, int | None]:
+    """Our ticket field → its column position in `header` (None: not in the file, the field is empty).
+
+    A mapped field takes the column the mapping names (exact name, else the same name ignoring case and
+    surrounding white space); an unmapped field takes the column of its own name. The id and a subject or
+    description column are required."""
+    exact = {h: i for i, h in enumerate(header)}
+    folded = {h.strip().lower(): i for i, h in enumerate(header)}
+    mapping = parsed.mapping or {}
+    out: dict[str, int | None] = {}
+    for name in TICKET_COLUMNS:
+        if name in mapping:
+            column = mapping[name]
+            i = exact.get(column, folded.get(column.strip().lower()))
+            if i is None:
+                raise parsed.fail("line 1", f"no column {column!r} (mapped to {name}); the columns found are "
+                                            f"{_names(header)}", f"fix the mapping of {name}")
+            out[name] = i
+        else:
+            out[name] = folded.get(name)
+        if out[name] is not None and sum(h.strip().lower() == header[out[name]].strip().lower() for h in header) > 1:
+            raise parsed.fail("line 1", f"the column {header[out[name]]!r} (for {name}) appears more than once",
+                              "rename one of them")
+    if out["id"] is None or (out["subject"] is None and out["description"] is None):
+        missing = "id" if out["id"] is None else "subject"
+        raise parsed.fail("line 1", f"no column for the ticket {missing}; the columns found are {_names(header)}",
+                          f"map one with --map {missing}=COLUMN")
+    return out
+
+
 def _parse_csv(parsed: _Parsed, progress: bool) -> None:
     with open(parsed.path, "rb") as raw, _progress(parsed.path, progress) as bar:
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
@@ -204,17 +309,21 @@ def _parse_csv(parsed: _Parsed, progress: bool) -> None:
             if header is None:
                 raise parsed.fail("line 1", "the file is empty", "add a header row and records")
             columns = [h.strip().lower() for h in header]
-            if len(set(columns)) != len(columns) or "" in columns:
-                raise parsed.fail("line 1", f"the header {header} has an empty or repeated column name")
-            if all(c in columns for c in TICKET_COLUMNS):
+            if parsed.mapping is None and (len(set(columns)) != len(columns) or "" in columns):
+                raise parsed.fail("line 1", f"the header {_names(header)} has an empty or repeated column name")
+            if parsed.mapping is not None or ("id" in columns and ("subject" in columns or "description" in columns)):
                 kind = "tickets"
+                source = _ticket_columns(parsed, header)
             elif all(c in columns for c in PAIR_COLUMNS) and ("score" in columns or "label" in columns):
                 kind = "pairs"
             else:
-                raise parsed.fail("line 1", f"unrecognised header {header}",
-                                  "a tickets file needs the columns id,subject,description,solution; a pairs file "
-                                  "query_id,query_subject,query_description,ticket_id and score or label")
-            extra = [c for c in columns if c not in TICKET_COLUMNS]
+                raise parsed.fail("line 1", f"unrecognised header {_names(header)}",
+                                  "a tickets file needs the columns id and subject (description and solution are "
+                                  "optional), or a mapping of yours (--map id=COLUMN --map subject=COLUMN); a pairs "
+                                  "file query_id,query_subject,ticket_id (query_description optional) and score or label")
+            if kind == "tickets":  # other columns are metadata (an export's nameless or repeated ones are skipped)
+                used = set(source.values())
+                extra = [i for i, c in enumerate(columns) if i not in used and c and columns.index(c) == i]
             start = reader.line_num + 1
             for row in reader:
                 where = f"line {start}"
@@ -225,11 +334,12 @@ def _parse_csv(parsed: _Parsed, progress: bool) -> None:
                 if len(row) != len(columns):
                     raise parsed.fail(where, f"the row has {len(row)} fields but the header has {len(columns)}",
                                       "quote fields that contain commas or line breaks")
-                record = dict(zip(columns, row))
                 if kind == "tickets":
-                    metadata = {c: record[c] for c in extra if record[c] != ""}
+                    record = {name: row[i] if i is not None else "" for name, i in source.items()}
+                    metadata = {columns[i]: row[i] for i in extra if row[i] != ""}
                     parsed.add_ticket(_ticket(parsed, where, record, metadata), where)
                 else:
+                    record = dict(zip(columns, row))
                     query = _query(parsed, where, record, prefix="query_")
                     parsed.add_query(query, where)
                     tid = _ident(parsed, where, record, "ticket_id")
@@ -353,16 +463,24 @@ def detect_format(path: str | Path, fmt: str = "auto") -> str:
     return found
 
 
-def _parse(path: str | Path, fmt: str, progress: bool) -> _Parsed:
+def _parse(path: str | Path, fmt: str, progress: bool, mapping: ColumnMap | None = None,
+           warn: Warn | None = None) -> _Parsed:
     path = Path(path)
     kind = detect_format(path, fmt)
     if not path.is_file():
         raise InputError(f"{path} does not exist or is not a file; check the path")
-    parsed = _Parsed(path)
+    if mapping is not None and kind == "semeval":
+        raise InputError(f"{path} is SemEval XML, whose fields are fixed; give a column mapping only for CSV or JSONL")
+    parsed = _Parsed(path, mapping=None if mapping is None else check_mapping(mapping))
     try:
         _PARSERS[kind](parsed, progress)
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from exc
+    if parsed.repeated:
+        ids = list(dict.fromkeys(parsed.repeated))
+        (warn or log.warning)(f"{path}: {len(parsed.repeated)} records repeat an earlier id with only white-space or "
+                              f"quote differences; kept the first of each (ids {', '.join(ids[:5])}"
+                              f"{', ...' if len(ids) > 5 else ''})")
     return parsed
 
 
@@ -399,23 +517,169 @@ def _merge(parts: Sequence[_Parsed], known_ticket_ids: Iterable[str], known_quer
 
 
 def load(path: str | Path, fmt: str = "auto", *, progress: bool = False,
-         known_ticket_ids: Iterable[str] = (), known_query_ids: Iterable[str] = ()) -> Dataset:
+         known_ticket_ids: Iterable[str] = (), known_query_ids: Iterable[str] = (),
+         mapping: ColumnMap | None = None, warn: Warn | None = None) -> Dataset:
     """Parse and validate one file (JSONL, CSV or SemEval XML) into a Dataset; `InputError` on any bad record.
 
-    Pairs may name tickets/queries in `known_*` (e.g. the store's) besides those of the file.
+    Pairs may name tickets/queries in `known_*` (e.g. the store's) besides those of the file. `mapping` reads a
+    help desk's export of tickets (CSV or JSONL with its own column names, see `check_mapping`); `warn` gets the
+    one-line warnings (default: the log).
     """
-    return _merge([_parse(path, fmt, progress)], known_ticket_ids, known_query_ids)
+    return _merge([_parse(path, fmt, progress, mapping, warn)], known_ticket_ids, known_query_ids)
 
 
 def load_many(paths: Sequence[str | Path], fmt: str = "auto", *, progress: bool = False,
-              known_ticket_ids: Iterable[str] = (), known_query_ids: Iterable[str] = ()) -> Dataset:
+              known_ticket_ids: Iterable[str] = (), known_query_ids: Iterable[str] = (),
+              mapping: ColumnMap | None = None, warn: Warn | None = None) -> Dataset:
     """Parse and validate several files and merge them (a later file's record replaces an earlier one's);
-    a pair may name a ticket or query of any of the files."""
+    a pair may name a ticket or query of any of the files. `mapping` and `warn` as in `load` (for every file)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     if not paths:
         raise InputError("no input file given; name at least one JSONL, CSV or SemEval XML file")
-    return _merge([_parse(p, fmt, progress) for p in paths], known_ticket_ids, known_query_ids)
+    return _merge([_parse(p, fmt, progress, mapping, warn) for p in paths], known_ticket_ids, known_query_ids)
+
+
+# -- column mappings ------------------------------------------------------------------------------------------------
+def check_mapping(mapping: ColumnMap) -> dict[str, str]:
+    """A validated column mapping: keys among id, subject, description, solution (case-insensitive), values
+    non-empty column names. A field left out is read from the column of its own name, when there is one."""
+    out: dict[str, str] = {}
+    for key, column in dict(mapping).items():
+        name = str(key).strip().lower()
+        if name not in TICKET_COLUMNS:
+            raise InputError(f"cannot map {key!r}: the ticket fields are {', '.join(TICKET_COLUMNS)}; "
+                             "write e.g. id=\"Issue id\"")
+        if not isinstance(column, str) or not column.strip():
+            raise InputError(f"the column mapped to {name} is empty; write {name}=COLUMN")
+        out[name] = column.strip()
+    return out
+
+
+def parse_mapping(items: Iterable[str]) -> dict[str, str]:
+    """A mapping from `key=Column` strings (the CLI's `--map`, a mapping file's lines)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, column = str(item).partition("=")
+        if not sep:
+            raise InputError(f"cannot read the mapping {item!r}; write FIELD=COLUMN, e.g. subject=Summary")
+        column = column.strip()
+        if len(column) >= 2 and column[0] == column[-1] and column[0] in "\"'":  # id="Issue id" in a file
+            column = column[1:-1]
+        out[key.strip()] = column
+    return check_mapping(out)
+
+
+def read_mapping(path: str | Path) -> dict[str, str]:
+    """A mapping file: a JSON object {"id": "Issue id", ...}, or one `field=Column` per line (# comments)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the mapping file {path}: {getattr(exc, 'strerror', None) or exc}; "
+                         "check the path (a UTF-8 text file)") from exc
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: bad JSON ({exc.msg} at line {exc.lineno}); write one object "
+                             '{"id": "COLUMN", "subject": "COLUMN", ...}') from None
+        if not isinstance(data, dict):
+            raise InputError(f"{path}: the mapping must be a JSON object of field → column")
+        return check_mapping(data)
+    lines = [line.strip() for line in text.splitlines()]
+    return parse_mapping(line for line in lines if line and not line.startswith("#"))
+
+
+# -- duplicate links ------------------------------------------------------------------------------------------------
+def load_links(path: str | Path, columns: Sequence[str] | None = None, *, known_ids: Iterable[str] | None = None,
+               warn: Warn | None = None) -> list[tuple[str, str]]:
+    """The duplicate links of a CSV file: (ticket id, ticket id) pairs, each distinct link once.
+
+    Two id columns: the `columns` named (a header is then required; names match ignoring case), else the first
+    two columns, with the first row taken as a header when it is not a pair of ids (neither cell a known id
+    when `known_ids` is given; otherwise a cell holding white space or no digit). Self-links and repeats
+    (a–b again, or b–a) are dropped; with `known_ids`, links naming an unknown id are dropped too. What was
+    dropped is reported in one line through `warn` (default: the log). InputError when no link is left.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path} does not exist or is not a file; check the path of the links file")
+    known = None if known_ids is None else set(known_ids)
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            sample = fh.read(65536)
+            fh.seek(0)
+            try:
+                dialect = csv.Sniffer().sniff(sample, delimiters=",;\t")
+            except csv.Error:
+                dialect = csv.excel
+            rows = [row for row in csv.reader(fh, dialect) if any(cell.strip() for cell in row)]
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 ({exc.reason}); save the links file as UTF-8") from None
+    except csv.Error as exc:
+        raise InputError(f"{path}: bad CSV ({exc}); fix the quoting") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from exc
+    if not rows:
+        raise InputError(f"{path} is empty; give one link (two ticket ids) per line")
+    header = [c.strip() for c in rows[0]]
+    if columns is not None:
+        if len(columns) != 2:
+            raise InputError(f"name exactly two link columns, not {len(columns)}")
+        folded = {h.lower(): i for i, h in enumerate(header)}
+        at = []
+        for column in columns:
+            i = folded.get(str(column).strip().lower())
+            if i is None:
+                raise InputError(f"{path}: no column {column!r}; the columns found are {_names(header)}; "
+                                 "name two of them")
+            at.append(i)
+        body = rows[1:]
+    else:
+        if len(header) < 2:
+            raise InputError(f"{path}, line 1: a link needs two ticket ids, separated by a comma")
+        at = [0, 1]
+        if known is not None:
+            is_header = not (header[0] in known or header[1] in known)
+        else:
+            is_header = any(re.search(r"\s", c) or not re.search(r"\d", c) for c in header[:2])
+        body = rows[1:] if is_header else rows
+    first_line = len(rows) - len(body) + 1
+    links: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    self_links = repeats = unknown = 0
+    for n, row in enumerate(body, first_line):
+        if len(row) <= max(at):
+            raise InputError(f"{path}, line {n}: the row has {len(row)} fields; a link needs two ticket ids")
+        a, b = row[at[0]].strip(), row[at[1]].strip()
+        if not a or not b:
+            raise InputError(f"{path}, line {n}: an empty ticket id; give two ids per link")
+        if a == b:
+            self_links += 1
+            continue
+        key = (a, b) if a < b else (b, a)
+        if key in seen:
+            repeats += 1
+            continue
+        seen.add(key)
+        if known is not None and (a not in known or b not in known):
+            unknown += 1
+            continue
+        links.append((a, b))
+    if self_links or repeats or unknown:
+        parts = []
+        if unknown:
+            parts.append(f"{unknown} naming a ticket that is not in the knowledge base")
+        if self_links:
+            parts.append(f"{self_links} self-links")
+        if repeats:
+            parts.append(f"{repeats} repeats (a-b again or b-a)")
+        (warn or log.warning)(f"{path}: {len(links)} distinct links kept; dropped {', '.join(parts)}")
+    if not links:
+        raise InputError(f"{path}: no usable link (two different ticket ids"
+                         f"{' of the knowledge base' if known is not None else ''}); check the ids and columns")
+    return links
 
 
 def iter_records(dataset: Dataset) -> Iterator[dict]:

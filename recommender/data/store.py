@@ -10,70 +10,14 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from ..errors import InputError, TicketrecError
+from .migrations import MIGRATIONS, migrate
 from .records import LabeledPair, Query, Ticket
 
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS schema_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS tickets (
-    pk INTEGER PRIMARY KEY,  -- stable rowid: the FTS5 table points at it, and VACUUM cannot renumber it
-    id TEXT NOT NULL UNIQUE,
-    subject TEXT NOT NULL,
-    description TEXT NOT NULL,
-    solution TEXT NOT NULL DEFAULT '',
-    metadata TEXT NOT NULL DEFAULT '{}',
-    source TEXT NOT NULL DEFAULT '',
-    updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS tickets_updated ON tickets(updated_at);
-CREATE TABLE IF NOT EXISTS queries (
-    id TEXT PRIMARY KEY,
-    subject TEXT NOT NULL,
-    description TEXT NOT NULL,
-    source TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS pairs (
-    query_id TEXT NOT NULL REFERENCES queries(id),
-    ticket_id TEXT NOT NULL REFERENCES tickets(id),
-    score REAL NOT NULL CHECK (score BETWEEN 1 AND 5),
-    source TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (query_id, ticket_id)
-);
-CREATE TABLE IF NOT EXISTS feedback (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    query_key TEXT NOT NULL,
-    query_subject TEXT NOT NULL,
-    query_description TEXT NOT NULL,
-    ticket_id TEXT NOT NULL,
-    label TEXT NOT NULL CHECK (label IN ('YES', 'REL', 'NO')),
-    score REAL NOT NULL,
-    model_version TEXT NOT NULL DEFAULT '',
-    index_version TEXT NOT NULL DEFAULT '',
-    created_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS feedback_query ON feedback(query_key);
-CREATE VIRTUAL TABLE IF NOT EXISTS tickets_fts USING fts5(
-    subject, description, solution, content='tickets', content_rowid='pk', tokenize='porter unicode61'
-);
-CREATE TRIGGER IF NOT EXISTS tickets_ai AFTER INSERT ON tickets BEGIN
-    INSERT INTO tickets_fts(rowid, subject, description, solution)
-    VALUES (new.rowid, new.subject, new.description, new.solution);
-END;
-CREATE TRIGGER IF NOT EXISTS tickets_ad AFTER DELETE ON tickets BEGIN
-    INSERT INTO tickets_fts(tickets_fts, rowid, subject, description, solution)
-    VALUES ('delete', old.rowid, old.subject, old.description, old.solution);
-END;
-CREATE TRIGGER IF NOT EXISTS tickets_au AFTER UPDATE ON tickets BEGIN
-    INSERT INTO tickets_fts(tickets_fts, rowid, subject, description, solution)
-    VALUES ('delete', old.rowid, old.subject, old.description, old.solution);
-    INSERT INTO tickets_fts(rowid, subject, description, solution)
-    VALUES (new.rowid, new.subject, new.description, new.solution);
-END;
-"""
+#: The schema version this code writes (`PRAGMA user_version`; the migrations are in data/migrations.py).
+SCHEMA_VERSION = len(MIGRATIONS)
 
 
 @dataclass
@@ -129,8 +73,10 @@ def _with_ids(records: Iterable, kind: str, source: str) -> Iterator:
 class Store:
     """The SQLite database of one ticketrec home."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, clock: Callable[[], float] = time.time):
+        """`clock` gives the timestamps of imports and feedback (seconds since the epoch); tests pass their own."""
         self.path = Path(path)
+        self.clock = clock
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn: sqlite3.Connection | None = None
         self._migrate()
@@ -175,23 +121,16 @@ class Store:
             conn.execute("COMMIT")
 
     def _migrate(self) -> None:
+        """Bring the database to SCHEMA_VERSION (missing migrations in one transaction); refuse a newer one."""
         try:
-            self.conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
-            with self.transaction() as conn:
-                row = conn.execute("SELECT value FROM schema_meta WHERE key = 'schema_version'").fetchone()
-                if row is None:
-                    conn.execute("INSERT INTO schema_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                elif int(row[0]) > SCHEMA_VERSION:
-                    raise TicketrecError(
-                        f"the database {self.path} has schema version {row[0]}, newer than this ticketrec "
-                        f"({SCHEMA_VERSION}); upgrade ticketrec or point TICKETREC_DB elsewhere"
-                    )
+            migrate(self.conn, self.path)
         except sqlite3.DatabaseError as exc:
             raise TicketrecError(f"{self.path} is not a usable ticketrec database ({exc}); move it away or set TICKETREC_DB") from exc
 
     @property
     def schema_version(self) -> int:
-        return int(self.conn.execute("SELECT value FROM schema_meta WHERE key = 'schema_version'").fetchone()[0])
+        """The database's schema version (`PRAGMA user_version`)."""
+        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
 
     # -- writing ----------------------------------------------------------
     def import_dataset(self, data: Dataset) -> dict[str, int]:
@@ -199,7 +138,7 @@ class Store:
 
         A pair that names a query or ticket found neither in `data` nor in the store aborts the whole import.
         """
-        now = time.time()
+        now = self.clock()
         with self.transaction() as conn:
             conn.executemany(
                 "INSERT INTO tickets (id, subject, description, solution, metadata, source, updated_at) "
@@ -247,7 +186,7 @@ class Store:
                 (
                     query_key(fb.query_subject, fb.query_description), fb.query_subject, fb.query_description,
                     fb.ticket_id, fb.label, LABEL_SCORES[fb.label], fb.model_version, fb.index_version,
-                    fb.created_at or time.time(),
+                    fb.created_at or self.clock(),
                 ),
             )
             return int(cur.lastrowid)

@@ -12,13 +12,12 @@ Used for the demo and the tests, never as the only evidence of quality.
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..files import atomic_file
 from .records import NO, REL, YES, LabeledPair, Query, Ticket
 from .store import Dataset
 
@@ -502,17 +501,7 @@ def write_jsonl(dataset: Dataset, path: str | Path) -> Path:
     from .importers import iter_records
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            for record in iter_records(dataset):
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "w") as out:
+        for record in iter_records(dataset):
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
     return path

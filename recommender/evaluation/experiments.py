@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from ..config import default
 from ..errors import InputError
 from ..data.records import Query
 from ..data.store import Dataset, Store
@@ -101,13 +102,13 @@ def fingerprint(path: str | Path) -> str:
 
 @dataclass
 class Split:
-    """One data split with its own SQLite store (its knowledge base) and BM25 pre-filter."""
+    """One data split with its own SQLite store and BM25 searcher over its tickets (its knowledge base)."""
 
     name: str
     path: Path
     dataset: Dataset
     store: Store
-    prefilter: Any
+    searcher: Any  # a MemorySearcher: the one BM25, IDF over this split's tickets
 
     def describe(self) -> dict:
         return {"path": str(self.path), "sha256": fingerprint(self.path), "tickets": len(self.dataset.tickets),
@@ -118,7 +119,7 @@ def _open_split(name: str, path: Path, out: Path) -> Split:
     if not path.is_file():
         raise InputError(f"--{name} file {path} does not exist; give the path of a JSONL, CSV or SemEval XML data set")
     from ..data.importers import load
-    from ..lexical.searchers import Fts5Prefilter
+    from ..lexical.searchers import MemorySearcher
 
     dataset = load(path)
     if not dataset.pairs:
@@ -129,7 +130,7 @@ def _open_split(name: str, path: Path, out: Path) -> Split:
         Path(str(db) + suffix).unlink(missing_ok=True)
     store = Store(db)
     store.import_dataset(dataset)
-    return Split(name, path, dataset, store, Fts5Prefilter(store))
+    return Split(name, path, dataset, store, MemorySearcher(dataset.tickets))
 
 
 def query_text(query: Query) -> str:
@@ -138,17 +139,18 @@ def query_text(query: Query) -> str:
 
 # -- systems: what a row becomes on one split ---------------------------------------------------------------------
 class BM25System:
-    """The BM25 pre-filter alone; calibrated by isotonic regression fitted on the training pairs."""
+    """The BM25 pre-filter alone (the one BM25 over the split's tickets, as an index of them would score);
+    calibrated by isotonic regression fitted on the training pairs."""
 
     def __init__(self, split: Split, calibrator=None):
         self.split, self.calibrate = split, calibrator
 
     def score(self, query: Query, ids: Sequence[str]) -> np.ndarray:
-        found = dict(self.split.prefilter.score_tickets(query_text(query), list(ids)))
+        found = dict(self.split.searcher.score_tickets(query_text(query), list(ids)))
         return np.array([float(found.get(t, 0.0)) for t in ids])
 
     def retrieve(self, query: Query, k: int):
-        hits = self.split.prefilter.candidates(query_text(query), k)
+        hits = self.split.searcher.search(query_text(query), k)
         raw = np.array([float(s) for _, s in hits])
         cal = self.calibrate(raw) if (self.calibrate is not None and len(raw)) else raw
         return [(tid, float(r), float(c)) for (tid, _), r, c in zip(hits, raw, cal)]
@@ -156,7 +158,8 @@ class BM25System:
 
 class ModelSystem:
     """A trained (or unsupervised) TicketModel over one split, scored the engine's way: tickets encoded once,
-    the query encoded once, BM25 pre-filter K candidates, the vectorised metric over them."""
+    the query encoded once, BM25 pre-filter K candidates, the vectorised metric over them, the lexical feature
+    bm25 / the query's maximum over the split's knowledge base (`lexical.bm25`)."""
 
     def __init__(self, model, split: Split, candidates: int, progress: bool = False):
         from ..serving.scoring import PackedVectors, score_candidates
@@ -172,28 +175,39 @@ class ModelSystem:
         self.query_vecs = {q.id: {k: v[i : i + 1] for k, v in qv.items()} for i, q in enumerate(queries)}
         self.calibrate = model.calibrate
 
-    def _bm25(self, query: Query, ids: Sequence[str]) -> np.ndarray | None:
-        if not float(self.spec.get("bm25", 0.0) or 0.0):
-            return None
-        found = dict(self.split.prefilter.score_tickets(query_text(query), list(ids)))
-        return np.array([float(found.get(t, 0.0)) for t in ids], np.float32)
+    @property
+    def _scorer(self):
+        return self.split.searcher.scorer  # rows in the order of split.dataset.tickets, like self.row_of
+
+    def _uses_bm25(self) -> bool:
+        return bool(float(self.spec.get("bm25", 0.0) or 0.0))
+
+    def lexical(self, query: Query, ids: Sequence[str]) -> np.ndarray:
+        """lexical(q, t) of these tickets: bm25 / the query's maximum over the split's knowledge base."""
+        return self._scorer.lexical(query_text(query), [self.row_of[t] for t in ids])
 
     def score(self, query: Query, ids: Sequence[str]) -> np.ndarray:
         rows = np.array([self.row_of[t] for t in ids], np.int64)
-        return self._score_candidates(self.spec, self.query_vecs[query.id], self.ticket_vecs, rows, self._bm25(query, ids))
+        if not self._uses_bm25():
+            return self._score_candidates(self.spec, self.query_vecs[query.id], self.ticket_vecs, rows)
+        every = self._scorer.scores(query_text(query))
+        return self._score_candidates(self.spec, self.query_vecs[query.id], self.ticket_vecs, rows,
+                                      every[rows].astype(np.float32), bm25_max=float(every.max(initial=0.0)))
 
     def retrieve(self, query: Query, k: int):
-        K = self.candidates if self.candidates > 0 else len(self.ticket_ids)
-        hits = self.split.prefilter.candidates(query_text(query), K)
-        ids = [tid for tid, _ in hits if tid in self.row_of]
-        if not ids:
-            return []
-        bm25 = np.array([float(s) for tid, s in hits if tid in self.row_of], np.float32)
-        g = self._score_candidates(self.spec, self.query_vecs[query.id], self.ticket_vecs,
-                                   np.array([self.row_of[t] for t in ids], np.int64), bm25)
+        """The engine's answer: the top K by BM25 (all tickets when K = 0), or every ticket with lexical 0 when
+        none shares a word with the query."""
+        n = len(self.ticket_ids)
+        rows, scores = self._scorer.top_k(query_text(query), self.candidates if self.candidates > 0 else n)
+        bm25 = scores.astype(np.float32) if self._uses_bm25() else None
+        if self.candidates <= 0 or rows.size == 0:  # the whole knowledge base
+            dense = np.zeros(n, np.float32)
+            dense[rows] = scores
+            rows, bm25 = np.arange(n, dtype=np.int64), dense if self._uses_bm25() else None
+        g = self._score_candidates(self.spec, self.query_vecs[query.id], self.ticket_vecs, rows, bm25)
         order = np.argsort(-g, kind="stable")[:k]
         cal = self.calibrate(g[order])
-        return [(ids[i], float(g[i]), float(c)) for i, c in zip(order, cal)]
+        return [(self.ticket_ids[int(rows[i])], float(g[i]), float(c)) for i, c in zip(order, cal)]
 
 
 # -- the run -------------------------------------------------------------------------------------------------------
@@ -278,7 +292,7 @@ def run_experiment(
     grid: str = "table5",
     seeds: int = 3,
     seed: int = 0,
-    candidates: int = 1000,
+    candidates: int = default("candidates"),
     overrides: dict | None = None,
     rows: Sequence[Row] | None = None,
     command: str = "",

@@ -11,8 +11,6 @@ Both give per-query predictions, written as JSON lines and in the SemEval predic
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
@@ -21,6 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import InputError
+from ..files import atomic_write_text
 from ..data.records import Query, Recommendation, Ticket
 from ..data.store import Dataset
 from . import metrics as M
@@ -89,8 +88,8 @@ class ProtocolResult:
         directory.mkdir(parents=True, exist_ok=True)
         jsonl = directory / f"{name}.{self.protocol}.jsonl"
         pred = directory / f"{name}.{self.protocol}.pred"
-        _atomic_write(jsonl, "".join(json.dumps(asdict(p)) + "\n" for p in self.predictions))
-        _atomic_write(pred, semeval_lines(self.predictions, threshold))
+        atomic_write_text(jsonl, "".join(json.dumps(asdict(p)) + "\n" for p in self.predictions))
+        atomic_write_text(pred, semeval_lines(self.predictions, threshold))
         return {"jsonl": jsonl, "pred": pred}
 
 
@@ -103,17 +102,6 @@ def semeval_lines(predictions: Sequence[Prediction], threshold: float = M.YES_AN
                 raise InputError(f"id {ident!r} cannot be written in the SemEval format (empty or with white space)")
         lines.append(f"{p.query_id}\t{p.ticket_id}\t0\t{p.raw_score:.8g}\t{'true' if p.score >= threshold else 'false'}\n")
     return "".join(lines)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def qrels_of(dataset: Dataset) -> M.Qrels:

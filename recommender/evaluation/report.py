@@ -5,10 +5,10 @@ import csv
 import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
+
+from ..files import atomic_write_bytes, atomic_write_text
 
 #: (key in a row's metrics, column header, format) — the columns of the Table 5 analogue.
 COLUMNS = [
@@ -53,17 +53,6 @@ def markdown_table(rows: Sequence[dict], split: str) -> str:
             cells = [f"**{c}**" for c in cells]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _atomic_write(path: Path, data: str | bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def results_csv(results: dict) -> str:
@@ -185,7 +174,7 @@ def _save(fig, path: Path, plt) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    _atomic_write(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 
@@ -195,7 +184,113 @@ def write_report(results: dict, out: str | Path, calibration: dict[str, tuple[li
     out.mkdir(parents=True, exist_ok=True)
     plots = plot_all(results, out, calibration)
     paths = {"json": out / "results.json", "csv": out / "results.csv", "md": out / "report.md"}
-    _atomic_write(paths["json"], json.dumps(results, indent=2, default=float))
-    _atomic_write(paths["csv"], results_csv(results))
-    _atomic_write(paths["md"], render_markdown(results, [str(p) for p in plots]))
+    atomic_write_text(paths["json"], json.dumps(results, indent=2, default=float))
+    atomic_write_text(paths["csv"], results_csv(results))
+    atomic_write_text(paths["md"], render_markdown(results, [str(p) for p in plots]))
+    return {**paths, **{p.stem: p for p in plots}}
+
+
+# -- the duplicates protocol (`ticketrec evaluate --kb ... --duplicates ...`) ---------------------------------------
+#: The metrics of a duplicates row, in table order.
+DUPLICATE_METRICS = ("MRR@10", "Acc@1", "Acc@5", "Acc@10")
+
+
+def duplicates_table(rows: Sequence[dict]) -> str:
+    """Markdown table of duplicates rows: each metric with its 95 % bootstrap interval."""
+    head = ["system", "queries"] + list(DUPLICATE_METRICS)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["system"], str(r.get("queries", ""))] + [
+            f"{r[m]:.3f} [{r[m + '_low']:.3f}, {r[m + '_high']:.3f}]" for m in DUPLICATE_METRICS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_duplicates_markdown(results: dict, plots: Sequence[str]) -> str:
+    """The report.md of a duplicates run."""
+    kb, links = results["data"]["kb"], results["data"]["links"]
+    parts = [f"# Duplicates evaluation: {results.get('name', '')}", "",
+             f"Produced {results['date']} by:", "", "```", results["command"], "```", "",
+             "## Data", "", "| input | file | sha256 (first 16) | size |", "|---|---|---|---|",
+             f"| knowledge base | `{kb['path']}` | `{kb['sha256'][:16]}` | {kb['tickets']} tickets |",
+             f"| duplicate links | `{links['path']}` | `{links['sha256'][:16]}` | {links['links']} distinct links "
+             f"with both tickets in the knowledge base → {links['queries']} queries |", ""]
+    if kb.get("mapping"):
+        parts += ["Column mapping: " + ", ".join(f"{k} ← `{v}`" for k, v in kb["mapping"].items()), ""]
+    model = results.get("model", {})
+    parts += ["## Protocol", "",
+              "Each ticket of a duplicate pair is a query (its subject + description) against the whole knowledge "
+              "base minus itself and must find its partner (a → b and b → a). MRR@10 is the mean of 1/rank of the "
+              "partner within the top 10 (0 beyond); Acc@k is the share of queries with the partner in the top k. "
+              f"[low, high] is the 95 % percentile bootstrap interval ({results.get('bootstrap', '?')} resamples of "
+              f"the queries, seed {results.get('seed', '?')}, the same resamples for every system).", "",
+              f"- The model (`{model.get('path', '')}`, version `{model.get('version', '')}`) is scored as serving "
+              f"scores it: an index built for this knowledge base, the {results.get('prefilter', '?')} BM25 "
+              f"candidates (K = {results.get('candidates', '?')}, 0 = every ticket) without the query ticket, the "
+              "engine's scoring code.",
+              "- BM25: ticketrec's one BM25 (Porter stems, stop words dropped, subject weighted 2) over the tickets.",
+              "- MiniLM: all-MiniLM-L6-v2, zero-shot cosine of the query text to subject + description + solution.",
+              "- RRF: reciprocal-rank fusion (k = 60) of the BM25 and MiniLM rankings.", "",
+              "## Results", "", duplicates_table(results["rows"]), ""]
+    if results.get("notes"):
+        parts += ["## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
+    parts += ["## Software", "", ", ".join(f"{k} {v}" for k, v in results.get("versions", {}).items()), ""]
+    if plots:
+        parts += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots] + [""]
+    return "\n".join(parts)
+
+
+def plot_duplicates(results: dict, out: Path) -> list[Path]:
+    """PNG plots of a duplicates run: the metrics with their intervals, and Acc@k for k = 1..10."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = results["rows"]
+    if not rows:
+        return []
+    written: list[Path] = []
+    fig, ax = plt.subplots(figsize=(max(7, 1.5 * len(rows) + 4), 4.5))
+    width = 0.8 / len(rows)
+    for i, r in enumerate(rows):
+        xs = [j + i * width for j in range(len(DUPLICATE_METRICS))]
+        ys = [r[m] for m in DUPLICATE_METRICS]
+        err = [[r[m] - r[m + "_low"] for m in DUPLICATE_METRICS], [r[m + "_high"] - r[m] for m in DUPLICATE_METRICS]]
+        ax.bar(xs, ys, width, yerr=err, capsize=3, label=r["system"])
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(DUPLICATE_METRICS))])
+    ax.set_xticklabels(DUPLICATE_METRICS)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("mean over queries (95 % bootstrap interval)")
+    ax.set_title(f"Duplicates protocol ({rows[0].get('queries', '?')} queries)")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    written.append(_save(fig, out / "duplicates_metrics.png", plt))
+
+    if all("ranks" in r for r in rows):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        ks = list(range(1, 11))
+        for r in rows:
+            ranks = [x for x in r["ranks"] if x is not None]
+            n = max(1, len(r["ranks"]))
+            ax.plot(ks, [sum(1 for x in ranks if x <= k) / n for k in ks], marker="o", label=r["system"])
+        ax.set_xticks(ks)
+        ax.set_xlabel("k")
+        ax.set_ylabel("Acc@k (partner in the top k)")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        fig.tight_layout()
+        written.append(_save(fig, out / "duplicates_acc_at_k.png", plt))
+    return written
+
+
+def write_duplicates_report(results: dict, out: str | Path) -> dict[str, Path]:
+    """Write report.md, results.json and the plots of a duplicates run into `out`; returns their paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    plots = plot_duplicates(results, out)
+    paths = {"json": out / "results.json", "md": out / "report.md"}
+    atomic_write_text(paths["json"], json.dumps(results, indent=2, default=float))
+    atomic_write_text(paths["md"], render_duplicates_markdown(results, [str(p) for p in plots]))
     return {**paths, **{p.stem: p for p in plots}}

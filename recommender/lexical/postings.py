@@ -5,15 +5,10 @@ common words costs hundreds of milliseconds at 100k tickets. Here each index ver
 over exactly the tickets of its vectors (same rows), and a query adds its terms' postings into one accumulator
 in a compiled loop (numba), then keeps the K best rows.
 
-The score is FTS5's own `bm25()` (fts5_aux.c) with the same column weights, so both backends rank alike:
-
-    score(q, d) = Σ_t IDF(t) · f(t,d)·(k1 + 1) / (f(t,d) + k1·(1 − b + b·|d| / avgdl))
-    f(t,d) = Σ_columns weight · count of t in the column      |d| = tokens of all three columns
-    IDF(t) = ln((N − n(t) + 0.5) / (n(t) + 0.5)), or 1e-6 where that is ≤ 0
-
-Terms are the query words of `prefilter.query_terms` (FTS5's unicode61 split, stop words dropped) reduced to their
-Porter stems (`fts5_stem`), k1 = 1.2 and b = 0.75. Stop words are counted in |d| but get no postings (no query
-holds them). Files of a version directory:
+The score is the one BM25 of `bm25.py` (FTS5's `bm25()` formula, field weights, IDF over the version's tickets),
+computed with its functions (`document_terms`, `query_stems`, `idf`, `length_norm`, `term_score`), so a version's
+postings score exactly like a `Bm25Scorer` over the same tickets. Stop words are counted in |d| but get no
+postings (no query holds them). Files of a version directory:
 
     bm25_terms.json   the terms; a term's id is its position
     bm25_ptr.npy      int64 [T + 1]: term t's postings are [ptr[t], ptr[t+1])
@@ -24,9 +19,8 @@ holds them). Files of a version directory:
 from __future__ import annotations
 
 import json
-import math
+import os
 import threading
-from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,18 +28,21 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import IndexStateError
-from .searchers import (BM25_B, BM25_K1, DEFAULT_WEIGHTS, FIELDS, MAX_QUERY_TERMS, fts5_stem, query_terms,
-                        select_terms, term_tokens)
 from ..data.records import Ticket
-from .analyzer import STOP_WORDS
+from ..errors import IndexStateError
+from .analyzer import MAX_QUERY_TERMS
+from .bm25 import BM25_B, BM25_K1, DEFAULT_WEIGHTS, FIELDS, document_terms, idf, length_norm, query_stems, term_score
 
 TERMS_FILE = "bm25_terms.json"
 ARRAYS = ("ptr", "rows", "tf", "length")
 _RUN_INDEX = "run `ticketrec index --full` to rebuild it"
 
-try:  # the fast path; the numpy path below computes the same scores
+try:  # the fast path; the numpy path below computes the same scores (TICKETREC_NO_NUMBA=1 forces it, for tests)
+    if os.environ.get("TICKETREC_NO_NUMBA", "0") not in ("", "0"):
+        raise ImportError("TICKETREC_NO_NUMBA is set")
     import numba
+
+    _term_score = numba.njit(nogil=True, cache=True, inline="always")(term_score)  # bm25.py's own function
 
     @numba.njit(nogil=True, cache=True)
     def _accumulate(ptr, rows, tf, norm, term_ids, idfs, k1p1, acc, touched):  # pragma: no cover - compiled
@@ -59,7 +56,7 @@ try:  # the fast path; the numpy path below computes the same scores
                 if acc[r] == 0.0:  # every contribution is > 0, so 0 means "not seen yet"
                     touched[n_touched] = r
                     n_touched += 1
-                acc[r] += idf * f * k1p1 / (f + norm[r])
+                acc[r] += _term_score(idf, f, norm[r], k1p1)
         return n_touched
 
     @numba.njit(nogil=True, cache=True, inline="always")
@@ -105,7 +102,7 @@ try:  # the fast path; the numpy path below computes the same scores
         return m
 
     HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - depends on the environment
+except ImportError:  # numba missing, or TICKETREC_NO_NUMBA=1 (tests/test_no_numba.py runs this path)
     HAVE_NUMBA = False
 
 
@@ -129,16 +126,7 @@ def ticket_terms(tickets: Sequence[Ticket], weights: Sequence[float] = DEFAULT_W
     tfs: list[float] = []
     lengths = np.zeros(len(tickets), dtype=np.float32)
     for i, ticket in enumerate(tickets):
-        freq: Counter = Counter()
-        length = 0
-        for text, weight in zip((ticket.subject, ticket.description, ticket.solution), weights):
-            tokens = term_tokens(text)
-            length += len(tokens)
-            if weight:
-                for token, count in Counter(tokens).items():  # each distinct word once
-                    if token not in STOP_WORDS:
-                        freq[fts5_stem(token)] += weight * count
-        lengths[i] = length
+        freq, lengths[i] = document_terms(ticket.subject, ticket.description, ticket.solution, weights)
         for term, f in freq.items():
             docs.append(i)
             term_ids.append(local.setdefault(term, len(local)))
@@ -218,8 +206,7 @@ class Bm25Postings:
         self.weights = tuple(float(w) for w in stats["weights"])
         self.max_terms = max_terms
         self.n_docs = len(self.length)
-        avgdl = float(np.mean(self.length, dtype=np.float64)) if self.n_docs else 1.0
-        self.norm = (self.k1 * (1.0 - self.b + self.b * np.asarray(self.length, np.float64) / max(avgdl, 1e-9)))
+        self.norm = length_norm(self.length, self.k1, self.b)
         self.df = np.diff(self.ptr)
         self._spare: list[tuple[np.ndarray, np.ndarray]] = []  # accumulators (all zeros) free for the next query
         self._spare_lock = threading.Lock()
@@ -271,17 +258,13 @@ class Bm25Postings:
     def query_plan(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """(term ids, IDFs) of the query's terms that the index holds, as FTS5 would weigh them (one per distinct
         query word; two words with one stem count twice, like two FTS5 phrases)."""
-        counts = query_terms(text)
-        if len(counts) > self.max_terms:
-            df = {t: int(self.df[self.term_id[s]]) if (s := fts5_stem(t)) in self.term_id else 0 for t in counts}
-            words = select_terms(counts, df, self.n_docs, self.max_terms)
-        else:
-            words = list(counts)
-        ids = [self.term_id[s] for s in (fts5_stem(w) for w in words) if s in self.term_id]
+        def document_frequency(stem: str) -> int:
+            return int(self.df[self.term_id[stem]]) if stem in self.term_id else 0
+
+        stems = query_stems(text, document_frequency, self.n_docs, self.max_terms)
+        ids = [self.term_id[s] for s in stems if s in self.term_id]
         ids = [i for i in ids if self.df[i] > 0]
-        n = self.n_docs
-        idfs = [math.log((n - self.df[i] + 0.5) / (self.df[i] + 0.5)) for i in ids]
-        return np.asarray(ids, np.int64), np.asarray([x if x > 0 else 1e-6 for x in idfs], np.float64)
+        return np.asarray(ids, np.int64), np.asarray([idf(int(self.df[i]), self.n_docs) for i in ids], np.float64)
 
     def scores(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """(rows, BM25 scores) of every row holding at least one query term, in no particular order."""
@@ -295,11 +278,11 @@ class Bm25Postings:
                 scores = acc[rows]
                 acc[rows] = 0.0
             return rows, scores
-        acc = np.zeros(self.n_docs, dtype=np.float64)  # pragma: no cover - without numba
-        for t, idf in zip(term_ids, idfs):
+        acc = np.zeros(self.n_docs, dtype=np.float64)  # without numba
+        for t, idf_t in zip(term_ids, idfs):
             sl = slice(int(self.ptr[t]), int(self.ptr[t + 1]))
             r, f = np.asarray(self.rows[sl]), np.asarray(self.tf[sl], np.float64)
-            np.add.at(acc, r, idf * f * (self.k1 + 1.0) / (f + self.norm[r]))
+            np.add.at(acc, r, term_score(idf_t, f, self.norm[r], self.k1 + 1.0))
         rows = np.flatnonzero(acc)
         return rows, acc[rows]
 
@@ -319,7 +302,7 @@ class Bm25Postings:
             rows, scores = heap_r[:m].astype(np.int64), heap_s[:m]
             order = np.lexsort((rows, -scores))
             return rows[order], scores[order]
-        rows, scores = self.scores(text)  # pragma: no cover - without numba
+        rows, scores = self.scores(text)  # without numba
         if len(rows) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         if len(rows) > k:

@@ -1,106 +1,43 @@
-"""BM25 pre-filter: narrow the knowledge base to the K tickets that share the most weighted words with a query.
+"""BM25 search, one face over several backends (pyserini style): `Searcher.search(text, k) -> [(ticket_id, score)]`.
 
-One interface (`Prefilter`), three backends, pyserini-style:
+- `IndexSearcher` (in `serving/searchers.py`, the default pre-filter) scores the BM25 postings of the index version
+  being served: the one BM25 of `bm25.py`, exact top K in a compiled pass, fast at a million tickets.
+- `MemorySearcher` scores a list of tickets held in memory with the same BM25 (`Bm25Scorer`): evaluation's backend.
+- `Fts5Searcher` (embedded, needs no index) reads the store's `tickets_fts` table (SQLite FTS5, `porter unicode61`
+  tokenizer), which the store's triggers keep in sync with `tickets`, and ranks with FTS5's `bm25()` (k1 = 1.2,
+  b = 0.75 fixed by FTS5; the column weights explicit, `DEFAULT_WEIGHTS`).
+- `ElasticsearchSearcher` (distributed) keeps its own index (English analyzer, explicit BM25 similarity with the
+  same k1, b), filled by `rebuild` (fresh index, then an atomic alias swap) or upserted by `index`.
 
-- `IndexPrefilter` (default, embedded) scores the BM25 postings each index version carries (`bm25_postings`):
-  FTS5's formula and weights, but exact top-K in a compiled pass, fast at a million tickets.
-- `Fts5Prefilter` (embedded, needs no index) reads the store's `tickets_fts` table (SQLite FTS5, porter + unicode61
-  tokenizer), which the store's triggers keep in sync with `tickets`. FTS5's `bm25()` fixes k1 = 1.2 and
-  b = 0.75; the column weights are explicit (`DEFAULT_WEIGHTS`).
-- `ElasticsearchPrefilter` (distributed) keeps its own index (English analyzer, explicit BM25 similarity with
-  the same k1, b), filled by `rebuild` (fresh index, then an atomic alias swap) or upserted by `index`.
+Where FTS5 differs from the one BM25: the formula, weights and parameters are the same, but FTS5 stems with its own
+Porter tokenizer (our `fts5_stem` is NLTK's Porter, which agrees on most but not all words: a word stemmed
+differently is a different term, with its own document frequency), and it counts N and n(t) over every ticket of
+the store, which can differ from an index version's tickets between reindexes. Elasticsearch differs more (its
+English analyzer has other stop words and stems, and Lucene's IDF is ln(1 + (N − n + 0.5)/(n + 0.5))). The
+metric's lexical feature is therefore defined by the one BM25 only; `benchmarks/lexical_agreement.py` measures the
+top-10 overlap and score differences between the backends (docs/internals.md, "Lexical agreement").
 
-User text is never query syntax on either backend: it is tokenised here (`query_terms`), stop words are
-dropped, and only plain terms reach the engine (quoted FTS5 strings; an ES `multi_match`, never
-`query_string`). A query keeps at most `MAX_QUERY_TERMS` distinct terms, so a 100 KB paste stays fast.
+User text is never query syntax on any backend: it is tokenised by the analyser (`query_terms`), stop words are
+dropped, and only plain terms reach the engine (quoted FTS5 strings; an ES `multi_match`, never `query_string`).
+A query keeps at most `MAX_QUERY_TERMS` distinct terms, so a 100 KB paste stays fast.
 
 Scores are BM25, higher is better, best first.
 """
 from __future__ import annotations
 
-import re
 import time
-import unicodedata
 import uuid
 from abc import ABC, abstractmethod
-from collections import Counter
 from contextlib import contextmanager
-from functools import lru_cache
 from typing import Iterable, Iterator, Sequence
 
+import numpy as np
 from tqdm import tqdm
 
-from ..errors import IndexStateError, InputError, ServiceUnavailable, TicketrecError
 from ..data.records import Ticket
-from .analyzer import STOP_WORDS
-
-#: Column weights (subject, description, solution). The subject is short and says what the ticket is about,
-#: so a match there counts double; description and solution count once (both carry the problem's words).
-DEFAULT_WEIGHTS: tuple[float, float, float] = (2.0, 1.0, 1.0)
-#: BM25 parameters. FTS5's bm25() hard-codes these; the Elasticsearch backend sets them explicitly to match.
-BM25_K1, BM25_B = 1.2, 0.75
-#: The most distinct terms a query keeps (see `select_terms` for which).
-MAX_QUERY_TERMS = 64
-FIELDS = ("subject", "description", "solution")
-
-# unicode61 (the FTS5 tokenizer under porter) splits on everything that is not a letter, digit or private-use
-# character; this regex splits the same way (the underscore is a separator there too).
-_TERM = re.compile(r"[^\W_]+", re.UNICODE)
-
-
-def term_tokens(text: str) -> list[str]:
-    """Every lower-cased word of `text` as FTS5's unicode61 tokenizer splits it (stop words included)."""
-    return [t.lower() for t in _TERM.findall(text or "")]
-
-
-def query_terms(text: str) -> Counter:
-    """Lower-cased word terms of `text` with their counts, stop words removed, in first-occurrence order.
-
-    Splits like FTS5's unicode61 tokenizer, so everything that is not a letter or digit (quotes, `*`, `-`, `^`,
-    `:`, parentheses) is a separator and never reaches the search engine as syntax.
-    """
-    return Counter(t for t in term_tokens(text) if t not in STOP_WORDS)
-
-
-@lru_cache(maxsize=1)
-def _stemmer():
-    from nltk.stem.porter import PorterStemmer
-
-    return PorterStemmer(mode=PorterStemmer.ORIGINAL_ALGORITHM)
-
-
-@lru_cache(maxsize=100_000)
-def fts5_stem(term: str) -> str:
-    """Approximately the term FTS5's `porter unicode61` tokenizer stores (diacritics removed, Porter stem).
-
-    Used only to look document frequencies up when a long query must be cut to `MAX_QUERY_TERMS`; on the
-    SemEval-2016 vocabulary it agrees with SQLite on 99.7 % of words.
-    """
-    plain = "".join(c for c in unicodedata.normalize("NFKD", term) if not unicodedata.combining(c))
-    return plain if len(plain) < 3 else _stemmer().stem(plain)
-
-
-def select_terms(counts: Counter, df: dict[str, int] | None, n_docs: int, limit: int = MAX_QUERY_TERMS) -> list[str]:
-    """The `limit` terms worth searching: all of them when few; otherwise those with the highest
-    query-count × IDF (IDF from document frequencies `df`; terms the index does not hold are dropped first).
-
-    Without `df` (a backend that cannot tell) the most frequent terms of the query win. Ties keep query order.
-    """
-    terms = list(counts)
-    if len(terms) <= limit:
-        return terms
-    if df is None:
-        weight = {t: float(counts[t]) for t in terms}
-    else:
-        import math
-
-        def idf(t: str) -> float:
-            n = df.get(t, 0)
-            return math.log(1.0 + (n_docs - n + 0.5) / (n + 0.5)) if n > 0 else -1.0
-
-        weight = {t: counts[t] * idf(t) if idf(t) > 0 else -1.0 for t in terms}
-    order = sorted(range(len(terms)), key=lambda i: (-weight[terms[i]], i))
-    return [terms[i] for i in order[:limit] if weight[terms[i]] > 0] or [terms[i] for i in order[:limit]]
+from ..errors import IndexStateError, InputError, ServiceUnavailable, TicketrecError
+from .analyzer import MAX_QUERY_TERMS, fts5_stem, query_terms
+from .bm25 import BM25_B, BM25_K1, DEFAULT_WEIGHTS, FIELDS, Bm25Scorer, select_terms
 
 
 def fts5_match_expression(terms: Sequence[str]) -> str:
@@ -109,22 +46,40 @@ def fts5_match_expression(terms: Sequence[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-class Prefilter(ABC):
-    """BM25 candidates for a query text, one face over several backends."""
+class Searcher(ABC):
+    """BM25 search for a query text, one face over several backends."""
 
-    name: str = "prefilter"
+    name: str = "searcher"
 
     @abstractmethod
-    def candidates(self, text: str, k: int) -> list[tuple[str, float]]:
+    def search(self, text: str, k: int) -> list[tuple[str, float]]:
         """The k best tickets for `text` as (ticket_id, BM25 score), best first; [] when no word matches."""
 
-    def batch_candidates(self, texts: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
-        """`candidates` for many texts, in order."""
-        return [self.candidates(t, k) for t in texts]
+    def batch_search(self, texts: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
+        """`search` for many texts, in order."""
+        return [self.search(t, k) for t in texts]
+
+    def search_rows(self, text: str, k: int, index) -> tuple[np.ndarray, np.ndarray]:
+        """`search` as (rows of `index`, float64 scores), best first, for the engine: hits `index` does not hold
+        are dropped (`index` is anything with `rows_for(ids) -> (rows, positions)`, e.g. a `TicketIndex`)."""
+        hits = self.search(text, k)
+        if not hits:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        rows, positions = index.rows_for([tid for tid, _ in hits])
+        scores = np.asarray([s for _, s in hits], dtype=np.float64)
+        return rows, scores[positions] if len(positions) else np.zeros(0, np.float64)
+
+    def score_index(self, text: str, index) -> np.ndarray:
+        """BM25 of `text` against every row of `index`, float64 [len(index)] (0 where no term is shared): the
+        lexical scores of exhaustive scoring (K = 0)."""
+        rows, scores = self.search_rows(text, max(self.count(), len(index)), index)
+        dense = np.zeros(len(index), dtype=np.float64)
+        dense[rows] = scores
+        return dense
 
     @abstractmethod
     def score_tickets(self, text: str, ticket_ids: Sequence[str]) -> dict[str, float]:
-        """BM25 of `text` against each of `ticket_ids` (the same scores `candidates` gives); 0.0 for a ticket
+        """BM25 of `text` against each of `ticket_ids` (the same scores `search` gives); 0.0 for a ticket
         that shares no term with the text or is not indexed."""
 
     @abstractmethod
@@ -144,8 +99,59 @@ class Prefilter(ABC):
         return {"backend": self.name}
 
 
+# -- in memory --------------------------------------------------------------------------------------------------
+class MemorySearcher(Searcher):
+    """The one BM25 (`Bm25Scorer`) over tickets held in memory, IDF over exactly them: `ticketrec evaluate`
+    scores each split's knowledge base with it, as an index version of those tickets would."""
+
+    name = "memory"
+
+    def __init__(self, tickets: Iterable[Ticket] = (), weights: Sequence[float] = DEFAULT_WEIGHTS,
+                 max_terms: int = MAX_QUERY_TERMS):
+        if len(weights) != 3 or any(w < 0 for w in weights):
+            raise InputError(f"BM25 field weights must be three non-negative numbers (subject, description, solution), not {weights!r}")
+        self.weights, self.max_terms = tuple(float(w) for w in weights), int(max_terms)
+        self._tickets: dict[str, Ticket] = {}
+        self.rebuild(tickets, progress=False)
+
+    @property
+    def scorer(self) -> Bm25Scorer:
+        return self._scorer
+
+    def params(self) -> dict:
+        return self._scorer.params()
+
+    def search(self, text: str, k: int) -> list[tuple[str, float]]:
+        rows, scores = self._scorer.top_k(text, k)
+        ids = self._scorer.ids
+        return [(ids[int(r)], float(s)) for r, s in zip(rows, scores)]
+
+    def score_tickets(self, text: str, ticket_ids: Sequence[str]) -> dict[str, float]:
+        ids = list(dict.fromkeys(ticket_ids))
+        known = [tid for tid in ids if tid in self._scorer.row_of]
+        scores = {tid: 0.0 for tid in ids}
+        if known:
+            values = self._scorer.score(text, [self._scorer.row_of[tid] for tid in known])
+            scores.update(zip(known, values.tolist()))
+        return scores
+
+    def index(self, tickets: Iterable[Ticket], progress: bool = True) -> int:
+        """Add or update these tickets (the statistics are recomputed over all of them)."""
+        fresh = {t.id: t for t in tickets}
+        self._tickets.update(fresh)
+        self._scorer = Bm25Scorer(list(self._tickets.values()), self.weights, max_terms=self.max_terms)
+        return len(fresh)
+
+    def rebuild(self, tickets: Iterable[Ticket], progress: bool = True) -> int:
+        self._tickets = {}
+        return self.index(tickets, progress)
+
+    def count(self) -> int:
+        return len(self._scorer)
+
+
 # -- SQLite FTS5 ------------------------------------------------------------------------------------------------
-class Fts5Prefilter(Prefilter):
+class Fts5Searcher(Searcher):
     """BM25 over the store's FTS5 table `tickets_fts` (k1 = 1.2, b = 0.75 fixed by FTS5; explicit column weights).
 
     The store's triggers keep `tickets_fts` in sync with `tickets`, so `index` has nothing to do; `rebuild`
@@ -205,7 +211,7 @@ class Fts5Prefilter(Prefilter):
         return fts5_match_expression(terms)
 
     # -- searching
-    def candidates(self, text: str, k: int) -> list[tuple[str, float]]:
+    def search(self, text: str, k: int) -> list[tuple[str, float]]:
         if k <= 0:
             return []
         expr = self.match_expression(text)
@@ -255,7 +261,7 @@ class Fts5Prefilter(Prefilter):
 
 
 # -- Elasticsearch ----------------------------------------------------------------------------------------------
-class ElasticsearchPrefilter(Prefilter):
+class ElasticsearchSearcher(Searcher):
     """BM25 in Elasticsearch (8 or newer, official client): fields subject, description, solution with the
     `english` analyzer and an explicit BM25 similarity; queries are one `multi_match` (most_fields, boosts).
 
@@ -270,7 +276,7 @@ class ElasticsearchPrefilter(Prefilter):
                  k1: float = BM25_K1, b: float = BM25_B, max_terms: int = MAX_QUERY_TERMS,
                  request_timeout: float = 10.0, client=None):
         if not url and client is None:
-            raise TicketrecError("the Elasticsearch pre-filter needs a server: set TICKETREC_ES_URL "
+            raise TicketrecError("the Elasticsearch searcher needs a server: set TICKETREC_ES_URL "
                                  "(e.g. http://localhost:9200) or TICKETREC_PREFILTER=fts5")
         if len(weights) != 3 or any(w < 0 for w in weights):
             raise InputError(f"BM25 field boosts must be three non-negative numbers (subject, description, solution), not {weights!r}")
@@ -356,14 +362,14 @@ class ElasticsearchPrefilter(Prefilter):
         return [(h["_id"], float(h["_score"])) for h in response["hits"]["hits"]]
 
     # -- searching
-    def candidates(self, text: str, k: int) -> list[tuple[str, float]]:
+    def search(self, text: str, k: int) -> list[tuple[str, float]]:
         body = self.query_body(text, k)
         if body is None:
             return []
         with self._errors():
             return self._hits(self.client.search(index=self.alias, body=body))
 
-    def batch_candidates(self, texts: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
+    def batch_search(self, texts: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
         """One `msearch` round trip for all texts."""
         bodies = [self.query_body(t, k) for t in texts]
         searches: list[dict] = []
@@ -464,63 +470,3 @@ class ElasticsearchPrefilter(Prefilter):
     def count(self) -> int:
         with self._errors():
             return int(self.client.count(index=self.alias)["count"])
-
-
-# -- the index's own postings ----------------------------------------------------------------------------------
-class IndexPrefilter(Prefilter):
-    """BM25 over the postings of the serving index version (`bm25_postings`): the embedded default. They are
-    built by `ticketrec index` with the vectors, from the same tickets, and follow CURRENT like the engine."""
-
-    name = "index"
-
-    def __init__(self, settings):
-        self.settings = settings
-        self._index = None
-
-    def _current(self):
-        from ..serving.index import current_version, open_current
-
-        if self._index is None or self._index.version != current_version(self.settings):
-            self._index = open_current(self.settings)
-        return self._index
-
-    def params(self) -> dict:
-        return self._current().bm25.params()
-
-    def candidates(self, text: str, k: int) -> list[tuple[str, float]]:
-        index = self._current()
-        rows, scores = index.bm25.top_k(text, k)
-        return [(index.ticket_ids[int(r)], float(s)) for r, s in zip(rows, scores)]
-
-    def score_tickets(self, text: str, ticket_ids: Sequence[str]) -> dict[str, float]:
-        index = self._current()
-        ids = list(dict.fromkeys(ticket_ids))
-        rows, positions = index.rows_for(ids)
-        scores = {tid: 0.0 for tid in ids}
-        scores.update((ids[int(p)], float(s)) for p, s in zip(positions, index.bm25.score_rows(text, rows)))
-        return scores
-
-    def index(self, tickets: Iterable[Ticket], progress: bool = True) -> int:
-        """Nothing to do: every index build writes its own postings. Returns 0."""
-        return 0
-
-    def rebuild(self, tickets: Iterable[Ticket] | None = None, progress: bool = True) -> int:
-        raise TicketrecError("the index pre-filter's postings are built with the vectors: run `ticketrec index --full`")
-
-    def count(self) -> int:
-        return len(self._current())
-
-
-def make_prefilter(settings, store) -> Prefilter:
-    """The pre-filter backend the settings name (`TICKETREC_PREFILTER`: index | fts5 | elasticsearch)."""
-    backend = (settings.prefilter or "index").lower()
-    if backend == "index":
-        return IndexPrefilter(settings)
-    if backend == "fts5":
-        return Fts5Prefilter(store)
-    if backend in ("elasticsearch", "es"):
-        if not settings.es_url:
-            raise TicketrecError("TICKETREC_PREFILTER=elasticsearch needs TICKETREC_ES_URL (e.g. http://localhost:9200); "
-                                 "set it, or set TICKETREC_PREFILTER=fts5")
-        return ElasticsearchPrefilter(settings.es_url, settings.es_index)
-    raise TicketrecError(f"TICKETREC_PREFILTER must be index, fts5 or elasticsearch, not {settings.prefilter!r}")

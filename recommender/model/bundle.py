@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -28,6 +25,7 @@ from tqdm import tqdm
 from .calibration import Calibrator
 from .embeddings import CharVocabulary
 from ..errors import ModelError
+from ..files import atomic_directory
 from ..data.records import Query, Ticket
 from .siamese import MERGED, Featurizer, ReplicatedSiameseLSTM, SiameseConfig
 from ..lexical.analyzer import STOP_WORDS, NUMBER_TOKEN
@@ -178,25 +176,25 @@ class TicketModel:
         """EncodedBatch of tickets: "SUB.h", "SOL.E", ... (computed once, at index time)."""
         return self.encode_prepared(self.prepare(tickets, "ticket", progress), batch_size, progress)
 
-    def score_encoded(self, q: EncodedBatch, t: EncodedBatch, bm25_ratio: np.ndarray | None = None) -> np.ndarray:
-        """g for aligned rows of already encoded queries and tickets."""
+    def score_encoded(self, q: EncodedBatch, t: EncodedBatch, lexical: np.ndarray | None = None) -> np.ndarray:
+        """g for aligned rows of already encoded queries and tickets (`lexical`: see `score_pairs`)."""
         with torch.no_grad():
             qt = {k: torch.from_numpy(v) for k, v in q.items()}
             tt = {k: torch.from_numpy(v) for k, v in t.items()}
-            ratio = None if bm25_ratio is None else torch.as_tensor(np.asarray(bm25_ratio, dtype=np.float32))
+            ratio = None if lexical is None else torch.as_tensor(np.asarray(lexical, dtype=np.float32))
             return self.net.similarity(qt, tt, ratio).numpy().astype(np.float64)
 
-    def score_pairs(self, queries: Sequence[Query], tickets: Sequence[Ticket], bm25=None) -> np.ndarray:
+    def score_pairs(self, queries: Sequence[Query], tickets: Sequence[Ticket], lexical=None) -> np.ndarray:
         """g ∈ (0, 1] for aligned (query, ticket) pairs — the model's forward pass.
 
-        `bm25` are raw BM25 scores of the pairs; each is divided by the largest score among the pairs of
-        the same query (same id, or same text when ids are missing), the candidate set of that query.
-        Without `bm25` the lexical term is left out.
+        `lexical` is the lexical feature of each pair, bm25 / the query's maximum bm25 over its knowledge base
+        (`lexical.bm25`: e.g. `Bm25Scorer(kb).lexical(text, rows)`). Without it the lexical term is left out.
         """
         if len(queries) != len(tickets):
             raise ValueError("score_pairs needs as many queries as tickets (aligned pairs)")
-        ratio = None if bm25 is None else bm25_ratios([query_group(q) for q in queries], bm25)
-        return self.score_encoded(self.encode_queries(queries), self.encode_tickets(tickets), ratio)
+        if lexical is not None and np.shape(lexical) != (len(queries),):
+            raise ValueError(f"score_pairs needs one lexical value per pair ({len(queries)}), got shape {np.shape(lexical)}")
+        return self.score_encoded(self.encode_queries(queries), self.encode_tickets(tickets), lexical)
 
     def calibrate(self, g: np.ndarray) -> np.ndarray:
         """Calibrated 1–5 scores of raw similarities g."""
@@ -248,10 +246,7 @@ class TicketModel:
 
     def save(self, path: str | Path) -> None:
         """Write the artifact directory atomically: into a temporary sibling, then one rename over `path`."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-        try:
+        with atomic_directory(path) as tmp:
             config = self.config
             config["version"] = self.version
             (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -265,16 +260,6 @@ class TicketModel:
             if self.topic_model is not None:
                 self.topic_vocab.save(tmp / "topic_vocab.json")
                 self.topic_model.save(tmp / "docnade")
-            old = None
-            if path.exists():
-                old = path.with_name(f".{path.name}.old-{os.getpid()}")
-                os.replace(path, old)
-            os.replace(tmp, path)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
 
     @classmethod
     def load(cls, path: str | Path) -> "TicketModel":
@@ -329,20 +314,3 @@ class TicketModel:
                              f"({model.version} != {config['version']}); the artifact is corrupt, retrain the model")
         return model
 
-
-def query_group(query: Query) -> str:
-    """The key that groups the pairs of one query (its id, or its text when it has none)."""
-    return query.id if query.id is not None else f"{query.subject}\x1f{query.description}"
-
-
-def bm25_ratios(groups: Sequence[str], bm25) -> np.ndarray:
-    """bm25 / max bm25 within each group (0 where the group's max is 0)."""
-    bm25 = np.asarray(bm25, dtype=np.float64)
-    out = np.zeros_like(bm25)
-    keys = np.asarray(groups, dtype=object)
-    for g in set(groups):
-        rows = np.nonzero(keys == g)[0]
-        top = bm25[rows].max()
-        if top > 0:
-            out[rows] = bm25[rows] / top
-    return out

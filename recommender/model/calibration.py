@@ -26,6 +26,33 @@ class Calibrator:
         iso.fit(np.asarray(g, dtype=np.float64), np.asarray(scores, dtype=np.float64))
         return cls(iso.X_thresholds_, iso.y_thresholds_)
 
+    @classmethod
+    def fit_centered(cls, g: np.ndarray, scores: np.ndarray, margin: float = 0.05) -> "Calibrator":
+        """Centred isotonic regression (Oron & Flournoy 2017): strictly increasing, so ties break by raw score.
+
+        Isotonic regression pools g into blocks of one value each, and every g of a block (or beyond the last
+        one) gets the same score: ten results at 4.8. Here each block becomes one knot (its mean g, its value),
+        the scores are squeezed into [1 + margin, 5 − margin] (order kept), and the map interpolates linearly
+        between the knots, from (0, 1) below the first to (1, 5) above the last: a higher g always gets a
+        higher score, and only g = 1 (the same text) reaches 5.
+        """
+        g = np.asarray(g, dtype=np.float64)
+        scores = np.asarray(scores, dtype=np.float64)
+        if g.ndim != 1 or g.shape != scores.shape or len(g) == 0:
+            raise ValueError("calibration needs two 1-d arrays of the same non-zero length")
+        iso = IsotonicRegression(out_of_bounds="clip", y_min=1.0, y_max=5.0, increasing=True).fit(g, scores)
+        xs = np.unique(g)
+        fitted = iso.predict(xs)
+        weights = np.array([np.count_nonzero(g == x) for x in xs], dtype=np.float64)
+        starts = np.flatnonzero(np.r_[True, np.diff(fitted) > 1e-12])
+        ends = np.r_[starts[1:], len(xs)]
+        knots_x = np.array([np.average(xs[a:b], weights=weights[a:b]) for a, b in zip(starts, ends)])
+        knots_y = 1.0 + margin + (fitted[starts] - 1.0) * (4.0 - 2.0 * margin) / 4.0
+        inside = (knots_x > 0.0) & (knots_x < 1.0)
+        x = np.r_[0.0, knots_x[inside], 1.0]
+        y = np.r_[1.0, knots_y[inside], 5.0]
+        return cls(x, y)
+
     def __call__(self, g: np.ndarray) -> np.ndarray:
         """Calibrated scores (same as IsotonicRegression.predict)."""
         g = np.asarray(g, dtype=np.float64)

@@ -7,16 +7,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
-from .calibration import Calibrator
 from ..errors import InputError
 from .bundle import TicketModel
 from ..data.records import LABEL_SCORES, LabeledPair, Query
 from ..data.store import Dataset, Store, query_key
-from .training import (PairSet, _fit, _pair_distances, _ratios, _scores, bm25_pair_scores, correlations,
-                       dataset_fingerprint, mean_average_precision, split_queries)
+from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fit, lexical_features,
+                       split_queries)
+from ..lexical.bm25 import Bm25Scorer
 
 
 def feedback_dataset(store: Store) -> Dataset:
@@ -48,22 +47,15 @@ def merge(*datasets: Dataset) -> Dataset:
     return Dataset(list(tickets.values()), list(queries.values()), pairs, source="+".join(d.source for d in datasets))
 
 
-def _evaluate(model: TicketModel, pairs: PairSet, progress: bool) -> dict:
-    """r, ρ, calibrated MSE and MAP of `model` on labelled pairs."""
-    q, t = model.prepare(pairs.queries, "query", progress), model.prepare(pairs.tickets, "ticket", progress)
-    ratio = None
-    if model.siamese_config.bm25 > 0:
-        ratio = _ratios(pairs.q, bm25_pair_scores(q.tokens, t.tokens, pairs.q, pairs.t))
-    g = _scores(model, _pair_distances(model, q, t, pairs), ratio)
-    r, rho = correlations(g, pairs.y)
-    return {"pairs": len(pairs), "pearson": r, "spearman": rho,
-            "mse": float(np.mean((model.calibrate(g) - pairs.y) ** 2)),
-            "map": mean_average_precision(pairs.q, g, pairs.y, model.siamese_config.relevant_min)}
+def _knowledge_base(*datasets: Dataset) -> Bm25Scorer:
+    """The one BM25 over the tickets of these data sets: the knowledge base of the lexical feature."""
+    return Bm25Scorer(list({t.id: t for d in datasets for t in d.tickets}.values()))
 
 
 def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_dir: str | Path | None,
               seed: int = 0, epochs: int | None = None, progress: bool = True) -> tuple[TicketModel, dict]:
-    """Continue training `model` on `train`'s pairs (vocabulary, word vectors, Punkt and DocNADE stay frozen).
+    """A new model: `model` trained further on `train`'s pairs (vocabulary, word vectors, Punkt and DocNADE stay
+    frozen), recalibrated; `model` itself is left untouched.
 
     Returns the tuned model and a report of the model before and after on the same held-out pairs
     (`held_out`, or a seeded share of `train`'s queries when None).
@@ -76,32 +68,32 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
         train, held_out = split_queries(train, model.siamese_config.dev_share, seed)
     fit_pairs = PairSet.from_dataset(train, "training")
     dev_pairs = PairSet.from_dataset(held_out, "held-out") if held_out.pairs else None
-    before = _evaluate(model, dev_pairs, progress) if dev_pairs else None
+    kb = _knowledge_base(train, held_out) if model.siamese_config.bm25 > 0 else None
 
     config = model.siamese_config
-    if epochs is not None:
-        config = config.replace(epochs=epochs)
-        model.siamese_config = config
     tq, tt = model.prepare(fit_pairs.queries, "query", progress), model.prepare(fit_pairs.tickets, "ticket", progress)
     dq = dt = dev_ratio = ratio = None
     if dev_pairs is not None:
         dq, dt = model.prepare(dev_pairs.queries, "query", progress), model.prepare(dev_pairs.tickets, "ticket", progress)
-    if config.bm25 > 0:
-        ratio = _ratios(fit_pairs.q, bm25_pair_scores(tq.tokens, tt.tokens, fit_pairs.q, fit_pairs.t))
+    if config.bm25 > 0:  # the lexical feature, IDF over the tickets of the feedback data (its knowledge base)
+        ratio = lexical_features(fit_pairs, kb)
         if dev_pairs is not None:
-            dev_ratio = _ratios(dev_pairs.q, bm25_pair_scores(dq.tokens, dt.tokens, dev_pairs.q, dev_pairs.t))
+            dev_ratio = lexical_features(dev_pairs, kb)
+    fit_set = PreparedPairs(fit_pairs, tq, tt, ratio)
+    dev_set = PreparedPairs(dev_pairs, dq, dt, dev_ratio) if dev_pairs is not None else None
+    before = evaluate(model, dev_set) if dev_set is not None else None
     if progress:
         tqdm.write(f"fine-tuning on {len(fit_pairs)} pairs ({len(train.queries)} queries)")
-    history = _fit(model, fit_pairs, tq, tt, ratio, dev_pairs, dq, dt, dev_ratio, seed, progress)
-    model.net.eval()
-    model.calibrator = Calibrator.fit(_scores(model, _pair_distances(model, tq, tt, fit_pairs), ratio), fit_pairs.y)
-    model.invalidate()
-    after = _evaluate(model, dev_pairs, progress) if dev_pairs else None
+    history: list[dict] = []
+    tuned = fit(model, fit_set, dev_set, epochs=epochs, seed=seed, progress=progress, history=history)
+    after = evaluate(tuned, dev_set) if dev_set is not None else None
     report = {"base_version": base_version, "train_pairs": len(fit_pairs),
-              "held_out_pairs": len(dev_pairs) if dev_pairs else 0, "before": before, "after": after,
+              "held_out_pairs": len(dev_pairs) if dev_pairs else 0,
+              "epochs": config.epochs if epochs is None else epochs, "before": before, "after": after,
               "history": history, "wall_seconds": round(time.time() - started, 1)}
-    model.meta.setdefault("fine_tuning", []).append(
+    tuned.meta.setdefault("fine_tuning", []).append(
         {**report, "data_fingerprint": dataset_fingerprint(train, held_out)})
+    tuned.invalidate()
     if out_dir is not None:
-        model.save(out_dir)
-    return model, report
+        tuned.save(out_dir)
+    return tuned, report

@@ -11,10 +11,8 @@ import copy
 import hashlib
 import itertools
 import json
-import math
 import random
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -31,7 +29,7 @@ from .bundle import Prepared, TicketModel, _package_versions, build_topic_vocab,
 from ..data.records import Query, Ticket
 from .siamese import CHANNELS, ReplicatedSiameseLSTM, SiameseConfig
 from ..data.store import Dataset
-from ..lexical.analyzer import STOP_WORDS, NUMBER_TOKEN
+from ..lexical.bm25 import Bm25Scorer
 from .sentences import SentenceSplitter
 from .vocab import EOS, Vocabulary
 
@@ -149,43 +147,24 @@ def correlations(g: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# BM25 feature for the lexical channel (training and evaluation; serving takes the pre-filter's score)
+# the lexical feature of the BM25 channel: the one definition of recommender.lexical.bm25, as serving computes it
 # ---------------------------------------------------------------------------------------------------
 
-def _content(tokens) -> list[str]:
-    return [t for t in tokens if t not in STOP_WORDS and t != NUMBER_TOKEN and t != EOS]
+def query_text(query: Query) -> str:
+    """The text a query is searched with (subject, then description), in training as in serving."""
+    return f"{query.subject}\n{query.description}"
 
 
-def bm25_pair_scores(query_tokens: Sequence[dict], ticket_tokens: Sequence[dict], q: np.ndarray, t: np.ndarray,
-                     k1: float = 1.2, b: float = 0.75) -> np.ndarray:
-    """Okapi BM25 of each pair: the query's SUB+DESC words against the ticket's SUB+DESC+SOL, IDF over the given tickets."""
-    docs = [Counter(_content(w for comp in tt.values() for w in comp)) for tt in ticket_tokens]
-    lengths = np.array([sum(d.values()) for d in docs], dtype=np.float64)
-    avg = lengths.mean() if len(lengths) and lengths.mean() > 0 else 1.0
-    df = Counter(w for d in docs for w in d)
-    n = len(docs)
-    out = np.zeros(len(q))
-    for k, (qi, ti) in enumerate(zip(q, t)):
-        words = set(_content(w for comp in query_tokens[qi].values() for w in comp))
-        doc = docs[ti]
-        s = 0.0
-        for w in words:
-            f = doc.get(w, 0)
-            if f:
-                idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
-                s += idf * f * (k1 + 1) / (f + k1 * (1 - b + b * lengths[ti] / avg))
-        out[k] = s
-    return out
-
-
-def _ratios(groups: np.ndarray, bm25: np.ndarray) -> np.ndarray:
-    out = np.zeros_like(bm25)
-    for g in np.unique(groups):
-        rows = groups == g
-        top = bm25[rows].max()
-        if top > 0:
-            out[rows] = bm25[rows] / top
-    return out
+def lexical_features(pairs: PairSet, kb: Sequence[Ticket] | Bm25Scorer) -> np.ndarray:
+    """lexical(q, t) = bm25(q, t) / max over the knowledge base of bm25(q, ·) for every labelled pair, with the
+    one BM25 (`lexical.bm25`) and IDF over the knowledge base `kb` (its tickets, or a `Bm25Scorer` over them)."""
+    scorer = kb if isinstance(kb, Bm25Scorer) else Bm25Scorer(kb)
+    try:
+        return scorer.lexical_pairs([query_text(q) for q in pairs.queries], pairs.q,
+                                    [pairs.tickets[int(i)].id for i in pairs.t])
+    except KeyError as exc:
+        raise InputError(f"a labelled pair names a ticket outside the knowledge base ({exc.args[0]}); "
+                         "add it to the training data's tickets") from exc
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -323,18 +302,94 @@ def _scores(model: TicketModel, dist: np.ndarray, ratio: np.ndarray | None) -> n
     return np.exp(-d).astype(np.float64)
 
 
-def _unit_scale(model: TicketModel, qp: Prepared, tp: Prepared, pairs: PairSet, ratio) -> float:
+def _unit_scale(model: TicketModel, data: PreparedPairs) -> float:
     """Rescale V (and W_bm25) so the mean distance d over the training pairs is 1.
 
     Table 2's weights fix how channels and pairs compare, not the absolute size of d; with 350-d E, 100-d T and
     50-d h the raw sum is about 10, exp(−d) ≈ 0 for every pair and MSE training gets no gradient.
     """
-    g = _scores(model, _pair_distances(model, qp, tp, pairs), ratio)
+    g = pair_scores(model, data)
     mean_d = float(np.mean(-np.log(np.maximum(g, 1e-300))))
     factor = 1.0 / mean_d if mean_d > 0 else 1.0
     model.net.rescale(factor)
     model.invalidate()
     return factor
+
+
+# ---------------------------------------------------------------------------------------------------
+# the public training API: prepared pairs, their scores, evaluation, and `fit` (a trained copy)
+# ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class PreparedPairs:
+    """Labelled pairs with their texts prepared by a model (tokens, T and S vectors) and their lexical feature.
+
+    Preparing is the slow part (Punkt, DocNADE, MiniLM). `fit` keeps the vocabulary, Punkt, DocNADE and the
+    word vectors of its input, so one PreparedPairs serves a model and every model `fit` makes from it.
+    `lexical` is `lexical_features(pairs, knowledge base)`; None scores without the BM25 channel.
+    """
+
+    pairs: PairSet
+    queries: Prepared
+    tickets: Prepared
+    lexical: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, model: TicketModel, pairs: PairSet, lexical: np.ndarray | None = None,
+           progress: bool = False) -> "PreparedPairs":
+        """Prepare the queries and tickets of `pairs` with `model`."""
+        return cls(pairs, model.prepare(pairs.queries, "query", progress), model.prepare(pairs.tickets, "ticket", progress),
+                   lexical)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+
+def _as_prepared(model: TicketModel, data: PairSet | PreparedPairs, progress: bool) -> PreparedPairs:
+    if isinstance(data, PreparedPairs):
+        return data
+    lexical = lexical_features(data, data.tickets) if model.siamese_config.bm25 > 0 else None
+    return PreparedPairs.of(model, data, lexical, progress)
+
+
+def pair_scores(model: TicketModel, data: PreparedPairs) -> np.ndarray:
+    """The uncalibrated similarity g = exp(−d) ∈ (0, 1] of every pair (BM25 channel from `data.lexical`)."""
+    return _scores(model, _pair_distances(model, data.queries, data.tickets, data.pairs), data.lexical)
+
+
+def evaluate(model: TicketModel, data: PreparedPairs) -> dict:
+    """Pearson r, Spearman ρ, calibrated MSE (1–5 scale) and rerank MAP of `model` on labelled pairs."""
+    g = pair_scores(model, data)
+    r, rho = correlations(g, data.pairs.y)
+    return {"pairs": len(data), "pearson": r, "spearman": rho,
+            "mse": float(np.mean((model.calibrate(g) - data.pairs.y) ** 2)),
+            "map": mean_average_precision(data.pairs.q, g, data.pairs.y, model.siamese_config.relevant_min)}
+
+
+def fit(model: TicketModel, train: PairSet | PreparedPairs, dev: PairSet | PreparedPairs | None = None, *,
+        epochs: int | None = None, lr: float | None = None, seed: int = 0, calibrate: bool = True,
+        progress: bool = False, history: list[dict] | None = None) -> TicketModel:
+    """Train a copy of `model` on `train`'s labelled pairs (scores 1–5) and return it; `model` is left untouched.
+
+    The MSE loop of the paper: Adadelta at `lr` (default: the model's config) for up to `epochs` epochs (default:
+    the config's), early stopping on `dev`'s Pearson r when `dev` is given (the best epoch is kept). The
+    vocabulary, word vectors, Punkt and DocNADE are the input's. With `calibrate`, the copy's isotonic calibrator
+    is refitted on `train`. Pairs may come prepared (`PreparedPairs`, to prepare once for several calls); bare
+    `PairSet`s are prepared here, their lexical feature over their own tickets. `history`, when given, receives
+    one row per epoch (train_mse, and dev_pearson, dev_spearman, dev_map with `dev`).
+    """
+    config = model.siamese_config
+    tuned = copy.deepcopy(model)
+    train_data = _as_prepared(tuned, train, progress)
+    dev_data = _as_prepared(tuned, dev, progress) if dev is not None else None
+    rows = _fit(tuned, train_data, dev_data, config.epochs if epochs is None else epochs,
+                config.lr if lr is None else lr, seed, progress)
+    if calibrate:
+        tuned.calibrator = Calibrator.fit(pair_scores(tuned, train_data), train_data.pairs.y)
+    tuned.invalidate()
+    if history is not None:
+        history.extend(rows)
+    return tuned
 
 
 def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_dir: str | Path | None,
@@ -364,35 +419,35 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
     if dev_pairs is not None:
         dq, dt = model.prepare(dev_pairs.queries, "query", progress), model.prepare(dev_pairs.tickets, "ticket", progress)
     train_ratio = dev_ratio = None
-    if config.bm25 > 0:
-        train_ratio = _ratios(train_pairs.q, bm25_pair_scores(tq.tokens, tt.tokens, train_pairs.q, train_pairs.t))
+    if config.bm25 > 0:  # the lexical feature, IDF over the training knowledge base (as an index of it would)
+        kb_scorer = Bm25Scorer(kb_tickets)
+        train_ratio = lexical_features(train_pairs, kb_scorer)
         if dev_pairs is not None:
-            dev_ratio = _ratios(dev_pairs.q, bm25_pair_scores(dq.tokens, dt.tokens, dev_pairs.q, dev_pairs.t))
+            dev_ratio = lexical_features(dev_pairs, kb_scorer)
 
-    scale = _unit_scale(model, tq, tt, train_pairs, train_ratio)
-    history = _fit(model, train_pairs, tq, tt, train_ratio, dev_pairs, dq, dt, dev_ratio, seed, progress)
+    train_set = PreparedPairs(train_pairs, tq, tt, train_ratio)
+    dev_set = PreparedPairs(dev_pairs, dq, dt, dev_ratio) if dev_pairs is not None else None
+    scale = _unit_scale(model, train_set)
+    history: list[dict] = []
+    model = fit(model, train_set, dev_set, seed=seed, calibrate=False, progress=progress, history=history)
+    net = model.net
 
     selection = None
-    if config.weights == "grid" and dev_pairs is not None:
+    if config.weights == "grid" and dev_set is not None:
         dist = _pair_distances(model, dq, dt, dev_pairs)
         spec, value = select_weights(dist, dev_pairs.y, dev_pairs.q, config.metric_pairs, net.channel_names,
                                      config.grid, net.metric_spec(), dev_ratio, config.select_by, config.relevant_min)
         net.set_weights([v for *_, v in spec["pairs"]], spec["channels"], spec["bm25"])
         selection = {"objective": config.select_by, "value": value, "spec": spec,
-                     "scale": _unit_scale(model, tq, tt, train_pairs, train_ratio)}
+                     "scale": _unit_scale(model, train_set)}
 
     model.net.eval()
-    train_g = _scores(model, _pair_distances(model, tq, tt, train_pairs), train_ratio)
-    model.calibrator = Calibrator.fit(train_g, train_pairs.y)
+    model.calibrator = Calibrator.fit(pair_scores(model, train_set), train_pairs.y)
     report = {"train_pairs": len(train_pairs), "dev_pairs": len(dev_pairs) if dev_pairs else 0,
               "dev_source": "held-out training queries" if held_out else "dev file", "history": history,
               "weight_selection": selection, "initial_scale": scale}
-    if dev_pairs is not None:
-        g = _scores(model, _pair_distances(model, dq, dt, dev_pairs), dev_ratio)
-        r, rho = correlations(g, dev_pairs.y)
-        report["dev"] = {"pearson": r, "spearman": rho,
-                         "mse": float(np.mean((model.calibrate(g) - dev_pairs.y) ** 2)),
-                         "map": mean_average_precision(dev_pairs.q, g, dev_pairs.y, config.relevant_min)}
+    if dev_set is not None:
+        report["dev"] = {k: v for k, v in evaluate(model, dev_set).items() if k != "pairs"}
     report["wall_seconds"] = round(time.time() - started, 1)
     model.meta["training"] = report
     model.invalidate()
@@ -401,20 +456,22 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
     return model
 
 
-def _fit(model: TicketModel, pairs: PairSet, tq: Prepared, tt: Prepared, ratio, dev: PairSet | None,
-         dq: Prepared | None, dt: Prepared | None, dev_ratio, seed: int, progress: bool) -> list[dict]:
-    """The MSE loop with Adadelta (network) and Adam (learned weights), clipping and early stopping on dev Pearson r."""
+def _fit(model: TicketModel, train: PreparedPairs, dev: PreparedPairs | None, epochs: int, lr: float, seed: int,
+         progress: bool) -> list[dict]:
+    """The MSE loop, in place on `model`: Adadelta (network) and Adam (learned weights), clipping, early stopping on
+    dev Pearson r (the best epoch's weights are kept)."""
     config, net = model.siamese_config, model.net
+    pairs, tq, tt, ratio = train.pairs, train.queries, train.tickets, train.lexical
     params = net.network_parameters()
-    if config.epochs <= 0 or not params:
+    if epochs <= 0 or not params:
         return []
-    opt = torch.optim.Adadelta(params, lr=config.lr)
+    opt = torch.optim.Adadelta(params, lr=lr)
     wopt = torch.optim.Adam([p for p in net.weight_parameters() if p.requires_grad], lr=config.weight_lr) \
         if config.learn_weights else None
     target = torch.from_numpy(((pairs.y - 1.0) / 4.0).astype(np.float32))
     rng = np.random.default_rng(seed)
     best_state, best_r, since_best, history = None, -np.inf, 0, []
-    bar = tqdm(range(config.epochs), desc="training", disable=not progress)
+    bar = tqdm(range(epochs), desc="training", disable=not progress)
     for epoch in bar:
         net.train()
         order = rng.permutation(len(pairs))
@@ -441,9 +498,9 @@ def _fit(model: TicketModel, pairs: PairSet, tq: Prepared, tt: Prepared, ratio, 
         row = {"epoch": epoch + 1, "train_mse": total / len(order)}
         if dev is not None:
             model.invalidate()
-            g = _scores(model, _pair_distances(model, dq, dt, dev), dev_ratio)
-            row["dev_pearson"], row["dev_spearman"] = correlations(g, dev.y)
-            row["dev_map"] = mean_average_precision(dev.q, g, dev.y, config.relevant_min)
+            g = pair_scores(model, dev)
+            row["dev_pearson"], row["dev_spearman"] = correlations(g, dev.pairs.y)
+            row["dev_map"] = mean_average_precision(dev.pairs.q, g, dev.pairs.y, config.relevant_min)
             if row["dev_pearson"] > best_r:
                 best_r, since_best = row["dev_pearson"], 0
                 best_state = copy.deepcopy(net.state_dict())

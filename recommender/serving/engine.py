@@ -2,13 +2,19 @@
 
 Scoring runs in-process, or — when TICKETREC_BROKER_URL is set — on Celery workers, one index shard each,
 within `settings.query_deadline`; a dead or slow broker makes the engine answer in-process and log why.
+
+One engine serves many threads at once: each query takes the index version being served once, answers with that
+version and the model it carries (`TicketIndex.model`), and returns its results together with how they were made
+(`Answer`); the engine keeps no per-query state. Loading (the first version, a new one after a reindex) happens
+under a lock, by one thread; the query path takes none.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Iterator, Sequence, overload
 
 import numpy as np
 
@@ -19,8 +25,8 @@ from ..lexical.analyzer import content_words, tokenize
 
 log = logging.getLogger(__name__)
 
-#: After a distributed failure, score in-process for this many seconds before trying the workers again.
-BROKER_RETRY_AFTER = 30.0
+#: The clock of the back-off after a distributed failure (TICKETREC_BROKER_RETRY_AFTER; tests replace it).
+monotonic = time.monotonic
 
 
 def query_words(query: Query) -> list[str]:
@@ -41,6 +47,55 @@ def shared_terms(query: Query | list[str], ticket: Ticket) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class AnswerInfo:
+    """How one answer was made: the index version and the model it carries, the path that served it, timings."""
+
+    index_version: str
+    model_version: str
+    #: BM25 pre-filter that chose the candidates: "index" (the version's own postings), "fts5", "elasticsearch",
+    #: or "none" (the whole index scored without a lexical term: K = 0 for a model without BM25, or the search
+    #: server was down).
+    prefilter: str
+    #: Where the candidates were scored: "celery" (the workers, one shard each) or "in-process".
+    mode: str
+    #: Why the answer was scored in-process although Celery workers are configured (None otherwise).
+    fallback_reason: str | None
+    #: Candidates scored; None = every ticket of the index.
+    candidates: int | None
+    #: Seconds per stage: encode, prefilter, score, tickets (fetch and explain), total.
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Answer(Sequence[Recommendation]):
+    """The answer to one query: its recommendations (`items`, best first) and how they were made (`info`).
+
+    It is also the sequence of its items (len, index, iterate)."""
+
+    items: list[Recommendation]
+    info: AnswerInfo
+
+    @overload
+    def __getitem__(self, i: int) -> Recommendation: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Recommendation]: ...
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[Recommendation]:
+        return iter(self.items)
+
+
 def validate_query(query: Query, settings: Settings) -> None:
     """InputError for a query the engine cannot answer (empty, or a description that is too long)."""
     subject = (query.subject or "").strip()
@@ -55,111 +110,126 @@ def validate_query(query: Query, settings: Settings) -> None:
 
 
 class Recommender:
-    """Answers queries with the most similar historical tickets of the current index."""
+    """Answers queries with the most similar historical tickets of the current index version, with the model that
+    version was encoded with. Safe to call from many threads.
+
+    `store`: used by every thread (the caller's; default: one connection per thread). `model`: a model already
+    loaded, served for the versions it encoded (others load their own). `index`: a pinned version (default:
+    follow CURRENT, switching when a reindex moves it).
+    """
 
     def __init__(self, settings: Settings, store=None, model=None, index=None, prefilter=None):
         self.settings = settings
         self._store = store
+        self._local = threading.local()  # this thread's store, when none was given
         self._model = model
         self._index = index
         self._follow_current = index is None  # pick up new index versions (nightly reindex) when not pinned
         self._prefilter = prefilter
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held while the first version is opened
         self._switching = threading.Lock()  # held by the one thread opening a new index version
+        self._failed_version: str | None = None  # a version that could not be opened: not tried again
         self._broker_down_until = 0.0
-        #: How the last query was answered: mode ("in-process" | "celery"), versions, fallback reason, timings.
-        self.last_info: dict = {}
 
     # -- resources, loaded lazily -----------------------------------------------------------
     @property
     def store(self):
-        if self._store is None:
+        """The store of this thread."""
+        if self._store is not None:
+            return self._store
+        store = getattr(self._local, "store", None)
+        if store is None:
             from ..data.store import Store
 
-            self._store = Store(self.settings.db)
-        return self._store
+            store = self._local.store = Store(self.settings.db)
+        return store
 
     @property
     def model(self):
-        if self._model is None:
-            from ..model.bundle import TicketModel
+        """The model of the index version being served."""
+        return self.model_for(self.index)
 
-            self._model = TicketModel.load(self.settings.model)
-        return self._model
+    def model_for(self, index):
+        """The model `index` was encoded with: the one given to the engine when it is that model, else the copy
+        inside the version (loaded once)."""
+        given = self._model
+        if given is not None and given.version == index.model_version:
+            return given
+        return index.model
 
     @property
-    def prefilter(self):
-        if self._prefilter is None:
-            from ..lexical.searchers import make_prefilter
+    def searcher(self):
+        """The BM25 searcher (`TICKETREC_PREFILTER`) of the index version being served."""
+        return self._searcher_for(self.index)
 
-            self._prefilter = make_prefilter(self.settings, self.store)
-        return self._prefilter
+    def _searcher_for(self, index):
+        """The searcher for `index`: an `IndexSearcher` over that very version (made once per version), or the
+        FTS5 / Elasticsearch backend (made once)."""
+        from .searchers import IndexSearcher, make_searcher
+
+        searcher = self._prefilter
+        if searcher is None or (isinstance(searcher, IndexSearcher) and searcher.ticket_index is not index):
+            searcher = self._prefilter = make_searcher(self.settings, self.store, index)
+        return searcher
 
     @property
     def index(self):
-        """The serving index; follows CURRENT when a reindex switched it (unless an index was pinned).
+        """The serving index version; follows CURRENT when a reindex switched it (unless an index was pinned).
 
-        A version is opened and warmed (its pages mapped) before it serves; while one thread warms a new version,
-        the others go on answering from the old one.
+        A version is opened, warmed (its pages mapped) and its model loaded before it serves; while one thread does
+        that for a new version, the others go on answering from the old one. A version that cannot be opened (or
+        whose model is missing or corrupt) is logged and skipped: the old one keeps serving.
         """
         from .index import current_version, open_current, open_version
 
-        with self._lock:
-            if self._index is None:  # nothing to serve yet: the first callers wait for it
-                fresh = open_current(self.settings)
-                fresh.warm()
-                self._index = fresh
-            index = self._index
+        index = self._index  # one read: a query sees one version, old or new, never a mix
+        if index is None:  # nothing to serve yet: the first callers wait for it
+            with self._lock:
+                if self._index is None:
+                    fresh = open_current(self.settings)
+                    self._prepare(fresh)
+                    self._index = fresh
+                index = self._index
         if self._follow_current:
             latest = current_version(self.settings)
-            if latest and latest != index.version and self._switching.acquire(blocking=False):
+            if (latest and latest != index.version and latest != self._failed_version
+                    and self._switching.acquire(blocking=False)):
                 try:
                     fresh = open_version(self.settings, latest)
-                    fresh.warm()
-                    with self._lock:
-                        self._index = index = fresh
+                    self._prepare(fresh)
+                    self._index = index = fresh
                 except IndexStateError as exc:
-                    log.warning("index %s cannot be opened (%s); still serving %s", latest, exc, index.version)
+                    self._failed_version = latest
+                    log.warning("index %s cannot be served (%s); still serving %s", latest, exc, index.version)
                 finally:
                     self._switching.release()
-        self._check_model(index)
         return index
 
-    def _check_model(self, index) -> None:
-        model = self.model
-        if index.model_version == model.version:
-            return
-        if self._follow_current and self._model is not None:
-            from ..model.bundle import TicketModel
-
-            try:
-                reloaded = TicketModel.load(self.settings.model)
-            except Exception as exc:  # keep serving what we have; say why
-                log.warning("cannot reload the model for index %s: %s", index.version, exc)
-            else:
-                if reloaded.version == index.model_version:
-                    self._model = reloaded
-                    return
-        raise IndexStateError(f"index {index.version} was built with model {index.model_version}, the model "
-                              f"serving is {model.version}; rebuild the index: ticketrec index")
+    def _prepare(self, index) -> None:
+        """Make `index` ready to serve: its pages mapped, its model loaded (IndexStateError when it cannot be)."""
+        index.warm()
+        self.model_for(index)
 
     @property
     def model_version(self) -> str:
-        return self.model.version
+        """The fingerprint of the served version's model (from its manifest; nothing loaded)."""
+        return self.index.model_version
 
     @property
     def index_version(self) -> str:
         return self.index.version
 
     # -- the query path ---------------------------------------------------------------------
-    def recommend(self, query: Query, k: int = 10) -> list[Recommendation]:
-        """The k historical tickets most similar to `query`, best first, each with its calibrated score and why."""
+    def recommend(self, query: Query, k: int = 10) -> Answer:
+        """The k historical tickets most similar to `query`, best first, each with its calibrated score and why,
+        and how they were found (`Answer.info`)."""
         validate_query(query, self.settings)
         if k < 1:
             raise InputError(f"k must be at least 1, not {k}")
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
-        index, model = self.index, self.model
+        index = self.index  # taken once: everything below uses this version and its model
+        model = self.model_for(index)
         query_vecs = model.encode_queries([query])
         timings["encode"] = time.perf_counter() - t0
 
@@ -171,6 +241,7 @@ class Recommender:
         best, mode, reason = self._score(index, query_vecs, k, rows, bm25)
         timings["score"] = time.perf_counter() - t2
 
+        t3 = time.perf_counter()
         ids = [tid for tid, _, _ in best]
         tickets = {t.id: t for t in self.store.get_tickets(ids)}
         best = [item for item in best if item[0] in tickets]  # deleted since the index was built
@@ -186,42 +257,46 @@ class Recommender:
                 topics=model.top_topics(index.vectors, index.row_of[tid], n=3),
                 bm25=None if bm is None else float(bm),
             ))
+        timings["tickets"] = time.perf_counter() - t3
         timings["total"] = time.perf_counter() - t0
-        self.last_info = {"mode": mode, "fallback_reason": reason, "index_version": index.version,
-                          "model_version": model.version, "candidates": None if rows is None else int(len(rows)),
-                          "timings": timings}
-        return out
+        prefilter = "none" if rows is None and bm25 is None else str(self._searcher_for(index).name)
+        info = AnswerInfo(index_version=index.version, model_version=model.version, prefilter=prefilter, mode=mode,
+                          fallback_reason=reason, candidates=None if rows is None else int(len(rows)),
+                          timings=timings)
+        return Answer(out, info)
 
     def _candidates(self, query: Query, index) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """BM25 candidate rows and their scores; (None, None) = score the whole index.
+        """(candidate rows, their BM25) from the searcher face; rows None = score the whole index, with `bm25`
+        then None (no lexical term) or one score per index row.
 
-        K = settings.candidates; K = 0 scores everything (the BM25 term is then left out). When the pre-filter
-        finds nothing (no shared word) or its server is down, the whole index is scored instead.
+        K = settings.candidates. The lexical feature is bm25 / the query's maximum over the index (`lexical.bm25`):
+        the top K always holds that maximum. K = 0 scores every ticket, so when the model weighs BM25 every
+        ticket's BM25 is computed too. When no ticket shares a word, the whole index is scored with lexical 0;
+        when the searcher's server is down, it is scored without the lexical term (logged).
         """
         k = self.settings.candidates
-        if k <= 0:
+        exhaustive = k <= 0
+        lexical = bool(float(index.metric_spec.get("bm25", 0.0) or 0.0))  # does the model weigh BM25?
+        if exhaustive and not lexical:
             return None, None
-        if self.settings.prefilter == "index":  # this index version's own postings: rows directly, same version
-            rows, scores = index.bm25.top_k(f"{query.subject}\n{query.description}", k)
-            return (rows, scores.astype(np.float32)) if rows.size else (None, None)
+        text = f"{query.subject}\n{query.description}"
+        searcher = self._searcher_for(index)
         try:
-            hits = self.prefilter.candidates(f"{query.subject}\n{query.description}", k)
+            if exhaustive:
+                return None, searcher.score_index(text, index).astype(np.float32)
+            rows, scores = searcher.search_rows(text, k, index)
         except ServiceUnavailable as exc:
-            log.warning("BM25 pre-filter unavailable (%s); scoring the whole index", exc)
+            log.warning("BM25 searcher unavailable (%s); scoring the whole index", exc)
             return None, None
-        if not hits:
-            return None, None
-        rows, positions = index.rows_for([tid for tid, _ in hits])
-        if rows.size == 0:
-            return None, None
-        scores = np.asarray([float(s) for _, s in hits], dtype=np.float32)[positions]
-        return rows, scores
+        if rows.size == 0:  # no ticket shares a word: every ticket, with lexical 0
+            return None, (np.zeros(len(index), np.float32) if lexical else None)
+        return rows, scores.astype(np.float32)
 
     def _score(self, index, query_vecs, k: int, rows, bm25) -> tuple[list[tuple[str, float, float | None]], str, str | None]:
         """Top k as (ticket id, g, bm25): on the Celery workers when configured and healthy, else in-process."""
         reason = None
         if self.settings.broker_url:
-            if time.monotonic() < self._broker_down_until:
+            if monotonic() < self._broker_down_until:
                 reason = "the workers failed recently; retrying them later"
             else:
                 from .distributed import score_on_workers
@@ -230,9 +305,9 @@ class Recommender:
                     return score_on_workers(self.settings, index.version, query_vecs, k, rows, bm25), "celery", None
                 except ServiceUnavailable as exc:
                     reason = str(exc)
-                    self._broker_down_until = time.monotonic() + BROKER_RETRY_AFTER
+                    self._broker_down_until = monotonic() + self.settings.broker_retry_after
                     log.warning("answering in-process: %s (the workers are retried in %.0fs)", reason,
-                                BROKER_RETRY_AFTER)
+                                self.settings.broker_retry_after)
         return score_in_process(index, query_vecs, k, rows, bm25), "in-process", reason
 
 

@@ -3,18 +3,22 @@
 A version directory holds `ticket_ids.json`, `updated_at.npy` (each ticket's store timestamp, for incremental
 builds), `vectors.npy` (one memory-mappable row per ticket holding all its EncodedBatch vectors, `SUB.h`,
 `DESC.E`, ..., side by side in the manifest's `keys` order), the BM25 postings of the same tickets (`bm25_*`,
-see `bm25_postings`) and `manifest.json` (model fingerprint, counts, dtype, metric spec, BM25 statistics). A build writes into a hidden temporary directory, verifies it, renames it into
-place and only then points `CURRENT` at it (temp file + os.replace), so a failed, interrupted or killed build
-leaves the previous version serving.
+see `bm25_postings`), `model/` (the model directory the tickets were encoded with: a version is a deployable
+unit, and every reader serves the model of the version it opened, `TicketIndex.model`) and `manifest.json`
+(model fingerprint and the checksums of its files, counts, dtype, metric spec, BM25 statistics). A build writes
+into a hidden temporary directory, verifies it, renames it into place and only then points `CURRENT` at it
+(temp file + os.replace), so a failed, interrupted or killed build leaves the previous version serving.
 """
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
 import secrets
 import shutil
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,16 +30,18 @@ from tqdm.auto import tqdm
 from ..lexical.postings import Bm25Postings, ChunkTerms, PostingsBuilder, ticket_terms
 from ..config import Settings
 from ..errors import IndexStateError
+from ..files import atomic_directory, atomic_write_text
 from .scoring import PackedVectors
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # 2: one packed vectors.npy, BM25 postings
+FORMAT_VERSION = 3  # 2: one packed vectors.npy, BM25 postings; 3: the model in model/
 CURRENT_FILE = "CURRENT"
 MANIFEST = "manifest.json"
 IDS_FILE = "ticket_ids.json"
 UPDATED_FILE = "updated_at.npy"
 VECTORS_FILE = "vectors.npy"
+MODEL_DIR = "model"
 #: madvise(2) advice that maps every page of a range now (Linux ≥ 5.14); Python 3.11's mmap lacks the name.
 MADV_POPULATE_READ = 22
 _TMP_PREFIX = ".tmp-"
@@ -44,6 +50,7 @@ _LOCK_FILE = ".build.lock"
 BUILD_BATCH = 512
 
 _RUN_INDEX = "run `ticketrec index` to build one"
+_REBUILD = "rebuild the index with `ticketrec index --full` (add --model DIR when TICKETREC_MODEL is not the model)"
 
 
 class TicketIndex:
@@ -58,6 +65,8 @@ class TicketIndex:
         self.updated_at = updated_at
         self._rows: dict[str, int] | None = None
         self._bm25: Bm25Postings | None = None
+        self._model = None
+        self._model_lock = threading.Lock()  # the model is loaded once, by the first thread that needs it
 
     @property
     def version(self) -> str:
@@ -71,6 +80,47 @@ class TicketIndex:
     def metric_spec(self) -> dict:
         """The metric the index was built for (workers score with it without loading the model)."""
         return self.manifest["metric_spec"]
+
+    @property
+    def model_dir(self) -> Path:
+        """The copy of the model directory this version was encoded with."""
+        return self.path / MODEL_DIR
+
+    @property
+    def model(self):
+        """The `TicketModel` this version was encoded with, loaded from `model/` on first use (once, thread-safe)
+        and checked against the manifest's checksums and fingerprint; IndexStateError saying how to rebuild."""
+        model = self._model
+        if model is None:
+            with self._model_lock:
+                if self._model is None:
+                    self._model = self._load_model()
+                model = self._model
+        return model
+
+    def _load_model(self):
+        from ..errors import ModelError
+        from ..model.bundle import TicketModel
+
+        def broken(why: str) -> IndexStateError:
+            why = " ".join(str(why).split())  # one line
+            return IndexStateError(f"the model of index {self.version} is missing or corrupt ({why}); {_REBUILD}")
+
+        expected = (self.manifest.get("model") or {}).get("files")
+        if not self.model_dir.is_dir() or not expected:
+            raise broken(f"no {MODEL_DIR}/ directory in {self.path}")
+        found = _checksums(self.model_dir)
+        changed = sorted(name for name, digest in expected.items() if found.get(name) != digest)
+        if changed:
+            raise broken(f"{', '.join(changed[:3])} missing or changed since the build (checksums)")
+        try:
+            model = TicketModel.load(self.model_dir)
+        except ModelError as exc:
+            raise broken(exc) from exc
+        if model.version != self.model_version:
+            raise broken(f"its fingerprint is {model.version}, the vectors were encoded with {self.model_version}")
+        getattr(model, "_ensure_inference", lambda: None)()  # inference caches built now, not by racing queries
+        return model
 
     def __len__(self) -> int:
         return len(self.ticket_ids)
@@ -189,7 +239,11 @@ def open_version(settings: Settings, version: str) -> TicketIndex:
         raise IndexStateError(f"{version!r} is not an index version name")
     path = settings.indexes_dir / version
     if not path.is_dir():
-        raise IndexStateError(f"index version {version} does not exist (pruned?); {_RUN_INDEX}")
+        kept = list_versions(settings)
+        current = current_version(settings)
+        listed = ", ".join(f"{v} (current)" if v == current else v for v in kept)
+        raise IndexStateError(f"index version {version} does not exist (pruned?); "
+                              + (f"the kept versions are: {listed}" if kept else _RUN_INDEX))
     return TicketIndex.open(path)
 
 
@@ -201,20 +255,11 @@ def open_current(settings: Settings) -> TicketIndex:
     return open_version(settings, version)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def switch_current(settings: Settings, version: str) -> None:
     """Point CURRENT at `version` atomically (readers see the old or the new name, never a partial one)."""
     if not (settings.indexes_dir / version / MANIFEST).exists():
         raise IndexStateError(f"index version {version} is not complete; refusing to switch to it")
-    _write_atomic(settings.indexes_dir / CURRENT_FILE, version + "\n")
+    atomic_write_text(settings.indexes_dir / CURRENT_FILE, version + "\n", prefix=_TMP_PREFIX)
 
 
 @contextmanager
@@ -259,6 +304,46 @@ def _new_version_name(existing: Sequence[str] = ()) -> str:
         if not existing or name[:21] > max(existing)[:21]:
             return name
         time.sleep(0.001)
+
+
+def _checksums(directory: Path) -> dict[str, str]:
+    """sha256 of every file under `directory`, by its path relative to it."""
+    out = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        out[path.relative_to(directory).as_posix()] = digest.hexdigest()
+    return out
+
+
+def _store_model(version_dir: Path, model, prev: TicketIndex | None) -> dict:
+    """Put the model into `version_dir/model/`: hard links to the previous version's copy when it is the same model
+    (its files verified), else `model.save`; returns the manifest's "model" entry (fingerprint, file checksums)."""
+    target = version_dir / MODEL_DIR
+    expected = (prev.manifest.get("model") or {}).get("files") if prev is not None else None
+    if expected and prev.model_version == model.version and prev.model_dir.is_dir():
+        try:
+            for name in expected:
+                dst = target / name
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(prev.model_dir / name, dst)
+                except OSError:  # another file system, or no hard links here
+                    shutil.copy2(prev.model_dir / name, dst)
+        except OSError as exc:
+            log.info("cannot reuse the model files of index %s (%s); saving the model again", prev.version, exc)
+        files = _checksums(target) if target.is_dir() else {}
+        if files == expected:
+            return {"dir": MODEL_DIR, "version": model.version, "files": files, "bytes": _size(target)}
+        shutil.rmtree(target, ignore_errors=True)
+    model.save(target)
+    return {"dir": MODEL_DIR, "version": model.version, "files": _checksums(target), "bytes": _size(target)}
+
+
+def _size(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
 
 def _reusable(prev: TicketIndex | None, model, dtype: str) -> bool:
@@ -310,12 +395,11 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
         workers = min(workers, -(-len(to_encode) // BUILD_BATCH) or 1)  # a small build is not worth a fork
 
         version = _new_version_name(list_versions(settings))
-        tmp = root / f"{_TMP_PREFIX}{version}"
-        tmp.mkdir(parents=True)
         started = time.time()
-        try:
+        with atomic_directory(root / version, prefix=f"{_TMP_PREFIX}{version}.") as tmp:
             keys, bm25_stats = _write_matrices(tmp, store, model, ids, reuse_src, to_encode, prev, np.dtype(dtype),
                                                progress, prefilter, workers)
+            model_entry = _store_model(tmp, model, prev)
             np.save(tmp / UPDATED_FILE, updated)
             (tmp / IDS_FILE).write_text(json.dumps(ids))
             manifest = {
@@ -323,6 +407,7 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
                 "version": version,
                 "model_version": model.version,
                 "model_path": str(getattr(model, "path", "") or ""),
+                "model": model_entry,
                 "metric_spec": model.metric_spec(),
                 "created_at": time.time(),
                 "n_tickets": len(ids),
@@ -338,12 +423,9 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
             built = TicketIndex.open(tmp)  # verify: shapes, counts, loadable files
             built.bm25  # noqa: B018 - opening verifies the postings
+            built.model  # noqa: B018 - so does loading the model copy (checksums, fingerprint)
             if built.model_version != model.version or len(built) != len(ids):
                 raise IndexStateError(f"the build in {tmp} did not verify; the current index is unchanged")
-            os.rename(tmp, root / version)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         switch_current(settings, version)
         removed = prune(settings)
         log.info("index %s: %d tickets (%d encoded, %d reused); pruned %s", version, len(ids), len(to_encode),

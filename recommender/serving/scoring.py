@@ -1,7 +1,11 @@
 """The multi-channel Manhattan metric over precomputed ticket matrices, vectorised over candidate rows.
 
-    d(q, t) = Σ_(a,b,V) V · Σ_c W_c · ‖q[a.c] − t[b.c]‖₁  +  W_bm25 · (1 − bm25(q, t) / max bm25)
+    d(q, t) = Σ_(a,b,V) V · Σ_c W_c · ‖q[a.c] − t[b.c]‖₁  +  W_bm25 · (1 − lexical(q, t))
     g(q, t) = exp(−d(q, t))
+
+lexical(q, t) = bm25(q, t) / max over the knowledge base of bm25(q, ·) is the one lexical feature of
+`recommender.lexical.bm25`; the BM25 pre-filter's top K holds that maximum, so it is the candidates' maximum
+(or `bm25_max`, given by a caller that scores one shard of the candidates).
 
 Exhaustive scoring is memory-bandwidth bound: every ticket matrix is read once, and each row is compared with
 all the query vectors it pairs with while it is in cache. With numba (a fused, SIMD-compiled loop) that runs
@@ -11,9 +15,12 @@ same numbers, more slowly.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 
 import numpy as np
+
+from ..lexical.bm25 import lexical_feature
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +29,9 @@ EncodedBatch = Mapping[str, np.ndarray]
 #: Rows per block on the numpy path (bounds the temporary buffers to a few MB).
 CHUNK_ROWS = 2048
 
-try:  # the fast path; numba is optional, the numpy path below is the reference
+try:  # the fast path; numba is optional, the numpy path below is the reference (TICKETREC_NO_NUMBA=1 forces it)
+    if os.environ.get("TICKETREC_NO_NUMBA", "0") not in ("", "0"):
+        raise ImportError("TICKETREC_NO_NUMBA is set")
     import numba
 
     @numba.njit(fastmath=True, nogil=True, cache=True)
@@ -42,7 +51,7 @@ try:  # the fast path; numba is optional, the numpy path below is the reference
             out[i] += total
 
     HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - depends on the environment
+except ImportError:  # numba missing, or TICKETREC_NO_NUMBA=1 (tests/test_no_numba.py runs this path)
     HAVE_NUMBA = False
 
 
@@ -192,14 +201,13 @@ def distances(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np
 
 
 def bm25_penalty(bm25, m: int, bm25_max: float | None = None) -> np.ndarray:
-    """1 − bm25 / max bm25 over the candidate set (1 for every ticket when no BM25 score is positive)."""
+    """1 − lexical: lexical = bm25 / `bm25_max` (default: the maximum of `bm25`, the candidates'), float32
+    (1 for every ticket when no BM25 score is positive)."""
     scores = np.asarray(bm25, dtype=np.float32)
     if scores.shape != (m,):
         raise ValueError(f"bm25 must have one score per candidate ({m}), got shape {scores.shape}")
     top = float(scores.max(initial=0.0)) if bm25_max is None else float(bm25_max)
-    if top <= 0.0:
-        return np.ones(m, np.float32)
-    return (1.0 - scores / np.float32(top)).astype(np.float32)
+    return (1.0 - lexical_feature(scores, top, np.float32)).astype(np.float32)
 
 
 def score_candidates(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np.ndarray], rows=None,
@@ -208,7 +216,7 @@ def score_candidates(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[
 
     `rows` selects candidate rows of the ticket matrices (all when None); `bm25` gives their BM25 scores in
     the same order, normalised by their maximum (or by `bm25_max`, when a caller scores one shard of a larger
-    candidate set). Without `bm25` the lexical term is left out, as in `TicketModel.score_pairs`.
+    candidate set). Without `bm25` the lexical term is left out, as in `TicketModel.score_pairs` without `lexical`.
     """
     d = distances(spec, query_vecs, ticket_vecs, rows, bm25, bm25_max=bm25_max, use_numba=use_numba)
     return np.exp(-d, out=d)
@@ -231,8 +239,9 @@ def rank(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np.ndar
          use_numba: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The k best tickets as (global rows, g, their bm25 or None), best first.
 
-    `rows`/`bm25`: the BM25 candidates (all rows when None). `row_range` = [start, stop) restricts scoring to
-    one shard of the index; the BM25 normalisation still uses the maximum over all candidates.
+    `rows`/`bm25`: the BM25 candidates; with `rows` None every row is scored and `bm25` (when given) holds one
+    score per row of the index. `row_range` = [start, stop) restricts scoring to one shard of the index; the BM25
+    normalisation still uses the maximum over all candidates (or `bm25_max`).
     """
     if rows is not None:
         rows = np.asarray(rows, dtype=np.int64)
@@ -249,6 +258,11 @@ def rank(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np.ndar
     start, stop = (0, next(iter(ticket_vecs.values())).shape[0]) if row_range is None else row_range
     view = (ticket_vecs.row_slice(start, stop) if isinstance(ticket_vecs, PackedVectors)
             else {key: mat[start:stop] for key, mat in ticket_vecs.items()})
-    g = score_candidates(spec, query_vecs, view, use_numba=use_numba)
+    if bm25 is not None:  # one score per index row: the lexical feature over the whole index
+        bm25 = np.asarray(bm25, dtype=np.float32)
+        if bm25_max is None:
+            bm25_max = float(bm25.max(initial=0.0))
+        bm25 = bm25[start:stop]
+    g = score_candidates(spec, query_vecs, view, bm25=bm25, bm25_max=bm25_max, use_numba=use_numba)
     best = top_k(g, k)
-    return best.astype(np.int64) + start, g[best], None
+    return best.astype(np.int64) + start, g[best], None if bm25 is None else bm25[best]

@@ -1,0 +1,188 @@
+"""Training pairs mined from the knowledge base itself, for a help desk that has tickets but no labelled pairs.
+
+A ticket's SUBJECT (optionally with the first `prefix_words` words of its DESCRIPTION) is a query; the ticket's
+*view* — its other fields, the rest of the DESCRIPTION and the SOLUTION, with the SUBJECT left out — is the
+target it must find. The target never holds the query's words: a target that still contains the subject makes
+pairs a lexical match solves, and weights selected on them lean toward BM25 (findings.md).
+
+Per query: one positive (YES = 5, its own view) and `negatives` negatives (NO = 1): a `hard_share` of them hard
+(among the `hard_pool` views of highest BM25 for the query, never its own), the rest random. Training queries
+also come in `augmented` noisy variants (`augment.Augmenter`: typos, synonyms, extra and dropped words) with
+the same target and fresh negatives. A held-out slice of the tickets (`held_out`, by ticket: neither its
+query nor its augmentations are trained on) serves early stopping and the selection of channel and pair weights.
+Labelled pairs, when a help desk has some, are added to the mined pairs (`unsupervised.py`), not a replacement.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Sequence
+
+import numpy as np
+
+from ..data.records import NO, YES, Query, Ticket
+from ..errors import InputError
+from ..lexical.bm25 import Bm25Scorer
+from .augment import Augmenter
+
+#: The fewest minable tickets label-free training accepts. With the default 15 % held-out slice (at least
+#: `MIN_HELD_OUT` tickets) that leaves ≥ 20 tickets to train on, and each query needs `negatives` (4) other
+#: tickets, 2 of them among the 10 most similar: below about 30 tickets the held-out ranking that selects the
+#: weights is a handful of queries over a handful of tickets, too few to tell one weighting from another.
+MIN_TICKETS = 30
+#: The fewest held-out tickets (queries) the weight selection ranks.
+MIN_HELD_OUT = 8
+
+
+@dataclass
+class MiningConfig:
+    """How pairs are mined (JSON-serialisable; stored with the model's training report)."""
+
+    negatives: int = 4
+    hard_share: float = 0.5
+    hard_pool: int = 10
+    held_out: float = 0.15
+    max_held_out: int = 300
+    prefix_words: int = 30
+    augmented: int = 1
+    labelled_weight: int = 2
+
+    def __post_init__(self):
+        if self.negatives < 1:
+            raise InputError("mining needs at least 1 negative per positive (negatives ≥ 1): positives alone "
+                             "cannot teach a ranking")
+        if not 0.0 <= self.hard_share <= 1.0:
+            raise InputError(f"hard_share must be within [0, 1], not {self.hard_share}")
+        if not 0.0 < self.held_out < 0.5:
+            raise InputError(f"held_out must be within (0, 0.5), not {self.held_out}")
+        if self.prefix_words < 0 or self.augmented < 0 or self.labelled_weight < 1 or self.hard_pool < 1:
+            raise InputError("prefix_words and augmented must be ≥ 0, labelled_weight and hard_pool ≥ 1")
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "MiningConfig":
+        """Build from JSON (e.g. SiameseConfig.mining); an unknown key raises InputError naming it."""
+        data = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InputError(f"unknown mining option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**data)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class MinedPairs:
+    """Pairs over mined queries and the knowledge base's views: pair k is (queries[q[k]], views[t[k]]) with label y[k].
+
+    `held_out_truth[i]` is the row in `views` of held-out query i's own ticket (its only relevant view).
+    """
+
+    views: list[Ticket]
+    train_queries: list[Query]
+    train_q: np.ndarray
+    train_t: np.ndarray
+    train_y: np.ndarray
+    held_out_queries: list[Query]
+    held_out_q: np.ndarray
+    held_out_t: np.ndarray
+    held_out_y: np.ndarray
+    held_out_truth: np.ndarray
+    stats: dict
+
+
+def split_ticket(ticket: Ticket, prefix_words: int) -> tuple[Query, Ticket] | None:
+    """(query, view) of one ticket, or None when it has no subject or nothing beside it.
+
+    The query is the SUBJECT plus the first `prefix_words` words of the DESCRIPTION (at most half of them); the view is the ticket without the query's text: SUBJECT empty, DESCRIPTION minus the prefix, SOLUTION.
+    """
+    subject = (ticket.subject or "").strip()
+    description = (ticket.description or "").strip()
+    solution = (ticket.solution or "").strip()
+    if not subject or not (description or solution):
+        return None
+    prefix, rest = "", description
+    words = description.split()
+    take = min(prefix_words, len(words) // 2)  # the view keeps at least half of the description
+    if take > 0:
+        prefix, rest = " ".join(words[:take]), " ".join(words[take:])
+    query = Query(subject, prefix, id=f"mined:{ticket.id}")
+    return query, Ticket(ticket.id, "", rest, solution)
+
+
+def require_minable(tickets: Sequence[Ticket], config: MiningConfig | None = None) -> int:
+    """The number of minable tickets (a subject and a description or solution); InputError below `MIN_TICKETS`."""
+    config = config or MiningConfig()
+    usable = sum(1 for t in tickets if split_ticket(t, config.prefix_words) is not None)
+    if usable < MIN_TICKETS:
+        raise InputError(
+            f"label-free training needs at least {MIN_TICKETS} tickets with a subject and a description or "
+            f"solution; the knowledge base has {usable} (of {len(tickets)} tickets). Import more tickets "
+            "(ticketrec import FILE), or give labelled pairs with --train FILE --no-mined")
+    return usable
+
+
+def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, seed: int = 0,
+               augmenter: Augmenter | None = None) -> MinedPairs:
+    """Mine training and held-out pairs from `tickets` (deterministic for a seed); raises InputError when the
+    knowledge base cannot give enough (fewer than `MIN_TICKETS` tickets with a subject and a description or
+    solution)."""
+    config = config or MiningConfig()
+    split = [(t, split_ticket(t, config.prefix_words)) for t in tickets]
+    usable = [(t, s) for t, s in split if s is not None]
+    require_minable(tickets, config)
+    if len({t.id for t, _ in usable}) != len(usable):
+        raise InputError("the knowledge base holds two tickets with one id; give every ticket its own id")
+    rng = np.random.default_rng(seed)
+    n = len(usable)
+    views = [s[1] for _, s in usable]
+    base_queries = [s[0] for _, s in usable]
+    n_held = int(min(config.max_held_out, max(MIN_HELD_OUT, round(config.held_out * n))))
+    held = np.zeros(n, dtype=bool)
+    held[rng.permutation(n)[:n_held]] = True
+    scorer = Bm25Scorer(views)
+    n_hard = int(round(config.negatives * config.hard_share))
+    n_random = config.negatives - n_hard
+
+    def negatives(text: str, own: int) -> list[int]:
+        chosen: list[int] = []
+        if n_hard:
+            rows, _ = scorer.top_k(text, config.hard_pool + 1)
+            pool = [int(r) for r in rows if r != own][: config.hard_pool]
+            if pool:
+                chosen = [pool[i] for i in sorted(rng.choice(len(pool), min(n_hard, len(pool)), replace=False))]
+        others = np.setdiff1d(np.arange(n), np.array(chosen + [own], dtype=np.int64), assume_unique=False)
+        want = config.negatives - len(chosen)  # random ones fill in when too few tickets share a word
+        chosen += [int(r) for r in rng.choice(others, min(want, len(others)), replace=False)]
+        return chosen
+
+    sides = {"train": ([], [], [], []), "held": ([], [], [], [])}
+    truth: list[int] = []
+    n_augmented = 0
+    for i, query in enumerate(base_queries):
+        key = "held" if held[i] else "train"
+        queries, q, t, y = sides[key]
+        variants = [query]
+        if key == "train" and augmenter is not None:
+            for copy in range(config.augmented):
+                text = augmenter.augment(query.subject, key=f"{query.id}:{copy}")
+                if text and text != query.subject:
+                    variants.append(Query(text, query.description, id=f"{query.id}:aug{copy + 1}"))
+                    n_augmented += 1
+        for variant in variants:
+            qi = len(queries)
+            queries.append(variant)
+            if key == "held" and variant is query:
+                truth.append(i)
+            for row, label in [(i, YES)] + [(r, NO) for r in negatives(f"{variant.subject}\n{variant.description}", i)]:
+                q.append(qi)
+                t.append(row)
+                y.append(label)
+    arr = {k: (v[0], np.array(v[1], np.int64), np.array(v[2], np.int64), np.array(v[3], np.float64))
+           for k, v in sides.items()}
+    stats = {"tickets": len(tickets), "minable_tickets": n, "held_out_tickets": n_held,
+             "train_queries": len(arr["train"][0]), "augmented_queries": n_augmented,
+             "train_pairs": len(arr["train"][3]), "held_out_pairs": len(arr["held"][3]),
+             "positives": int((arr["train"][3] == YES).sum() + (arr["held"][3] == YES).sum()),
+             "with_prefix": sum(1 for qq in base_queries if qq.description), "config": config.to_dict()}
+    return MinedPairs(views, *arr["train"], *arr["held"], np.array(truth, np.int64), stats)

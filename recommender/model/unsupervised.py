@@ -1,0 +1,404 @@
+"""Label-free training: a knowledge base of tickets and no labelled pairs in, a calibrated TicketModel out.
+
+    1. the unsupervised parts, from the knowledge-base text: Punkt, vocabulary, word2vec, char vocabulary,
+       DocNADE (`training._unsupervised_parts`, as labelled training builds them);
+    2. pairs mined from the tickets (`mining.py`): a ticket's subject → its other fields, 4 negatives each (half
+       hard), augmented variants (`augment.py`, synonyms from the word2vec neighbours), a held-out slice by ticket;
+       labelled pairs and engineers' feedback, when there are some, are added to them (weighted);
+    3. the Siamese LSTM trained on the mined pairs (`training.fit`: MSE, Adadelta, early stopping on the slice);
+    4. channel and pair weights selected by rank on the held-out slice: each held-out subject ranks every
+       ticket's view, and the weights with the best MRR@10 of its own ticket win;
+    5. calibration (`Calibrator.fit_centered`) on pairs scored as serving scores them: a held-out ticket's own
+       subject query against the full ticket (YES 5) and against random tickets (NO 1), plus any labels.
+
+Pairs whose ticket side the mined pairs never show (the view has no subject, so SUB1–SUB2; DESC1–… without a
+description prefix) cannot be learnt or selected from them: they are left out of training (weight 0 meanwhile)
+and keep the configuration's weight.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..data.records import NO, YES, Query, Ticket
+from ..data.store import Dataset
+from ..errors import InputError
+from ..lexical.bm25 import Bm25Scorer
+from .augment import Augmenter, induce_synonyms
+from .bundle import Prepared, TicketModel, _package_versions
+from .calibration import Calibrator
+from .mining import MinedPairs, MiningConfig, mine_pairs, require_minable
+from .siamese import CHANNELS, ReplicatedSiameseLSTM, SiameseConfig
+from .training import (PairSet, PreparedPairs, _seed_everything, _unit_scale, _unsupervised_parts,
+                       dataset_fingerprint, fit, lexical_features, pair_scores, query_text)
+from .vocab import EOS, UNK_ID
+
+#: The weight grid of label-free selection. The held-out slice holds hundreds of queries ranked against the
+#: whole knowledge base (a labelled dev set has tens), so the grid can afford 0 for every channel and a wider
+#: BM25 range; which channels serve is then the knowledge base's decision.
+LABEL_FREE_GRID = {
+    "h": [0.0, 0.1, 0.3, 0.7], "E": [0.0, 0.1, 0.3, 1.0], "T": [0.0, 0.1, 0.3], "S": [0.0, 0.3, 1.0, 3.0],
+    "bm25": [0.0, 0.1, 0.3, 1.0, 3.0],
+    "SUB|SUB": [0.3], "DESC|DESC": [0.3, 0.4], "SUB|DESC": [0.1, 0.2, 0.4], "SUB|SOL": [0.1, 0.2], "DESC|SOL": [0.1, 0.2],
+}
+#: Held-out rankings score at most this many views per query (the own view always among them).
+MAX_RANKED_VIEWS = 3000
+#: Random NO tickets per held-out query in the calibration pairs.
+CALIBRATION_NEGATIVES = 4
+MRR_K = 10
+
+
+def label_free_config(pretrained: bool = True, **overrides) -> SiameseConfig:
+    """The default configuration of label-free training: h, E, T (+ S with `pretrained`) and BM25, weights
+    selected on the mined held-out slice from `LABEL_FREE_GRID`, 4 epochs."""
+    channels = {"h": 0.7, "E": 0.1, "T": 0.2}
+    if pretrained:
+        channels["S"] = 0.3
+    data = dict(channels=channels, bm25=0.3, weights="grid", grid={k: list(v) for k, v in LABEL_FREE_GRID.items()},
+                epochs=4, patience=2)
+    data.update(overrides)
+    return SiameseConfig().replace(**data)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reporting helpers
+# ---------------------------------------------------------------------------------------------------------------
+class _Stages:
+    """Times each stage of training and tells the user (one line per stage)."""
+
+    def __init__(self, echo: Callable[[str], None]):
+        self.echo, self.seconds = echo, {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.time()
+        yield
+        self.seconds[name] = round(time.time() - started, 1)
+        self.echo(f"[{self.seconds[name]:7.1f} s] {name}")
+
+
+def oov_rate(model: TicketModel, tickets: Sequence[Ticket]) -> dict:
+    """Share of the knowledge base's word occurrences without a word vector: outside the vocabulary (seen fewer
+    than min_count times) or absent from the word vectors (a user's file); such words have only their char part."""
+    vectors = model.net.embedder.words.weight.detach().numpy()
+    has_vector = np.abs(vectors).sum(1) > 0
+    total = missing = 0
+    for t in tickets:
+        for comp in model.featurizer.ticket_tokens(t).values():
+            for tok in comp:
+                if tok == EOS:
+                    continue
+                total += 1
+                i = model.vocab.index.get(tok, UNK_ID)
+                missing += int(i == UNK_ID or not has_vector[i])
+    return {"tokens": total, "without_vector": missing, "rate": missing / total if total else 0.0}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rank-based weight selection on the held-out slice
+# ---------------------------------------------------------------------------------------------------------------
+def rank_distances(model: TicketModel, queries: Prepared, views: Prepared) -> np.ndarray:
+    """[P, C, Q, N] L1 distances of every metric pair and channel between Q prepared queries and N prepared views."""
+    q, t = model.encode_prepared(queries), model.encode_prepared(views)
+    net = model.net
+    out = np.zeros((len(net.pairs), len(net.channel_names), len(queries.tokens), len(views.tokens)), np.float32)
+    for p, (a, b) in enumerate(net.pairs):
+        for c, ch in enumerate(net.channel_names):
+            out[p, c] = torch.cdist(torch.from_numpy(q[f"{a}.{ch}"]).double(), torch.from_numpy(t[f"{b}.{ch}"]).double(),
+                                    p=1).numpy()
+    return out
+
+
+def mrr_at_k(d: np.ndarray, truth: np.ndarray, k: int = MRR_K) -> float:
+    """MRR@k of column truth[i] in row i of distances d [Q, N] (smaller is better; ties count against it)."""
+    own = d[np.arange(len(truth)), truth]
+    rank = (d <= own[:, None]).sum(1)  # the own view counts itself: rank ≥ 1
+    return float(np.mean(np.where(rank <= k, 1.0 / rank, 0.0)))
+
+
+def select_by_rank(dist: np.ndarray, lexical: np.ndarray | None, truth: np.ndarray, spec: dict, grid: dict,
+                   observable: Sequence[bool], progress: bool = False) -> tuple[dict, float]:
+    """The grid combination with the best held-out MRR@10 (ties: the first in grid order).
+
+    `dist` [P, C, Q, N] from `rank_distances`, `lexical` [Q, N] (or None without the BM25 channel), `spec` the
+    current metric spec (`net.metric_spec()`); only the `observable` pairs are searched, the others keep `spec`.
+    """
+    pairs = [(a, b) for a, b, _ in spec["pairs"]]
+    channels = list(spec["channels"])
+    pair_axes = [list(grid.get(f"{a}|{b}", [v])) if obs else [v]
+                 for (a, b, v), obs in zip(spec["pairs"], observable)]
+    channel_axes = [list(grid.get(c, [spec["channels"][c]])) for c in channels]
+    use_bm25 = lexical is not None
+    bm25_axis = list(grid.get("bm25", [spec["bm25"]])) if use_bm25 else [0.0]
+    lex = (1.0 - lexical) if use_bm25 else 0.0
+    obs = np.asarray(observable, bool)
+    best, best_value = None, -np.inf
+
+    pair_combos = list(itertools.product(*pair_axes))
+    channel_combos = [c for c in itertools.product(*channel_axes)]
+    for pw in tqdm(pair_combos, desc="selecting weights", disable=not progress, leave=False):
+        pw_arr = np.asarray(pw) * obs  # unobservable pairs are constant per query: leave them out of the ranking
+        per_channel = np.einsum("pcqn,p->cqn", dist, pw_arr)
+        for cw in channel_combos:
+            d_channels = np.einsum("cqn,c->qn", per_channel, np.asarray(cw, np.float32))
+            for wb in bm25_axis:
+                if not any(cw) and not wb:
+                    continue
+                d = d_channels + wb * lex if wb else d_channels
+                value = mrr_at_k(d, truth)
+                if value > best_value + 1e-12:
+                    best_value, best = value, (pw, cw, wb)
+    pw, cw, wb = best
+    return ({"pairs": [[a, b, float(v)] for (a, b), v in zip(pairs, pw)],
+             "channels": {c: float(v) for c, v in zip(channels, cw)}, "bm25": float(wb) if use_bm25 else spec["bm25"]},
+            float(best_value))
+
+
+def observable_pairs(config: SiameseConfig, mined: MinedPairs) -> list[bool]:
+    """Which metric pairs the mined pairs show: never a pair against the ticket's SUBJECT (the views have none),
+    a pair from the query's DESCRIPTION only when most mined queries carry a description prefix."""
+    with_prefix = mined.stats["with_prefix"] > mined.stats["minable_tickets"] / 2
+    out = []
+    for a, b, _ in config.metric_pairs:
+        out.append(b != "SUB" and (a != "DESC" or with_prefix))
+    if not any(out):
+        raise InputError("no metric pair of this configuration can be learnt from mined pairs (every pair compares "
+                         "against the ticket's subject, which mined targets leave out); add a pair such as "
+                         "SUB→DESC to the configuration, or train with labelled pairs (--train FILE --no-mined)")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pairs
+# ---------------------------------------------------------------------------------------------------------------
+def _concat(a: PairSet, b: PairSet, repeat: int = 1) -> PairSet:
+    """The pairs of `a` then those of `b` (each `repeat` times), queries and tickets concatenated."""
+    q = np.concatenate([a.q] + [b.q + len(a.queries)] * repeat)
+    t = np.concatenate([a.t] + [b.t + len(a.tickets)] * repeat)
+    y = np.concatenate([a.y] + [b.y] * repeat)
+    return PairSet(a.queries + b.queries, a.tickets + b.tickets, q, t, y)
+
+
+def calibration_pairs(mined: MinedPairs, kb: Sequence[Ticket], augmenter: Augmenter | None, seed: int) -> PairSet:
+    """Pairs scored as serving scores them: each held-out ticket's subject query (with its description prefix,
+    a noisy variant of it, and the subject alone) against the full ticket (YES 5) and against
+    `CALIBRATION_NEGATIVES` random other tickets (NO 1)."""
+    rng = np.random.default_rng(seed + 1)
+    row = {t.id: i for i, t in enumerate(kb)}
+    queries: list[Query] = []
+    q, t, y = [], [], []
+    for query, own_view in zip(mined.held_out_queries, mined.held_out_truth):
+        own = row[mined.views[int(own_view)].id]
+        variants = [query]
+        if augmenter is not None:
+            text = augmenter.augment(query.subject, key=f"{query.id}:calibration")
+            if text and text != query.subject:
+                variants.append(Query(text, query.description, id=f"{query.id}:cal"))
+        if query.description:  # engineers also search with a subject alone
+            variants.append(Query(query.subject, "", id=f"{query.id}:subject"))
+        others = rng.choice(np.delete(np.arange(len(kb)), own), min(CALIBRATION_NEGATIVES, len(kb) - 1), replace=False)
+        for variant in variants:
+            qi = len(queries)
+            queries.append(variant)
+            for r, label in [(own, YES)] + [(int(o), NO) for o in others]:
+                q.append(qi)
+                t.append(r)
+                y.append(label)
+    return PairSet(queries, list(kb), np.array(q, np.int64), np.array(t, np.int64), np.array(y, np.float64))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the recipe
+# ---------------------------------------------------------------------------------------------------------------
+def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None = None,
+                         out_dir: str | Path | None = None, *, seed: int = 0, labelled: Dataset | None = None,
+                         mining: MiningConfig | dict | None = None, word_vectors: str | Path | None = None,
+                         progress: bool = True, echo: Callable[[str], None] | None = None) -> TicketModel:
+    """Train a calibrated TicketModel on the knowledge base `tickets` alone (plus `labelled` pairs, e.g. engineers'
+    feedback, when given: added to the mined pairs `labelled_weight` times and to the calibration pairs); save it
+    to `out_dir` when given. Deterministic for a seed. Raises InputError when the tickets cannot be mined."""
+    started = time.time()
+    echo = echo or (lambda line: tqdm.write(line) if progress else None)
+    config = config or label_free_config()
+    mining = mining if isinstance(mining, MiningConfig) else MiningConfig.from_dict(mining)
+    torch.set_num_threads(1)
+    _seed_everything(seed)
+    tickets = list({t.id: t for t in tickets}.values())
+    stages = _Stages(echo)
+    labelled_pairs = None
+    if labelled is not None and labelled.pairs:
+        labelled_pairs = PairSet.from_dataset(labelled, "labelled")
+        kb_ids = {t.id for t in tickets}
+        tickets += [t for t in labelled.tickets if t.id not in kb_ids]
+    require_minable(tickets, mining)  # fail before the slow stages
+
+    with stages("word vectors, Punkt, vocabulary, DocNADE"):
+        splitter, vocab, chars, vectors, w2v_source, topic_model, topic_vocab = _unsupervised_parts(
+            config, tickets, list(labelled.queries) if labelled_pairs is not None else [], seed, word_vectors, progress)
+    _seed_everything(seed)
+    net = ReplicatedSiameseLSTM(config, vectors, len(chars))
+    meta = {"data_fingerprint": dataset_fingerprint(Dataset(tickets), labelled), "seed": seed,
+            "word_vectors": w2v_source, "packages": _package_versions(), "kb_text": "the knowledge base's tickets"}
+    model = TicketModel(config, vocab, chars, splitter, net, None, topic_model, topic_vocab, meta)
+    oov = oov_rate(model, tickets)
+    echo(f"out-of-vocabulary: {100 * oov['rate']:.1f} % of {oov['tokens']:,} word occurrences have no word vector "
+         f"(seen < {config.min_count} times{' or not in ' + str(word_vectors) if word_vectors else ''}); "
+         "their char-BiLSTM part still represents them")
+
+    with stages("mining pairs"):
+        counts = vocab.counts
+        synonyms = induce_synonyms(vocab.tokens, vectors, counts)
+        extra = [w for w, c in zip(vocab.tokens, counts) if c >= 3 and w.isalpha() and len(w) > 2][:5000]
+        augmenter = Augmenter(synonyms, extra, seed=seed)
+        mined = mine_pairs(tickets, mining, seed, augmenter)
+    s = mined.stats
+    echo(f"mined {s['train_pairs']:,} training pairs ({s['train_queries']:,} queries from "
+         f"{s['minable_tickets'] - s['held_out_tickets']:,} tickets, {s['augmented_queries']:,} of them augmented; "
+         f"{len(synonyms):,} words with induced synonyms) and {s['held_out_pairs']:,} held-out pairs "
+         f"({s['held_out_tickets']:,} tickets); 1 positive : {mining.negatives} negatives "
+         f"({int(round(mining.negatives * mining.hard_share))} hard)"
+         + (f"; plus {len(labelled_pairs):,} labelled pairs ×{mining.labelled_weight}" if labelled_pairs else ""))
+
+    observable = observable_pairs(config, mined)
+    with stages("preparing texts (tokens, topics, sentence vectors)"):
+        views = list(mined.views)
+        train_pairs = PairSet(mined.train_queries, views, mined.train_q, mined.train_t, mined.train_y)
+        held_pairs = PairSet(mined.held_out_queries, views, mined.held_out_q, mined.held_out_t, mined.held_out_y)
+        view_scorer = Bm25Scorer(views)
+        kb_scorer = Bm25Scorer(tickets)
+        use_lexical = config.bm25 > 0
+        train_lex = lexical_features(train_pairs, view_scorer) if use_lexical else None
+        held_lex = lexical_features(held_pairs, view_scorer) if use_lexical else None
+        if labelled_pairs is not None:
+            train_pairs = _concat(train_pairs, labelled_pairs, mining.labelled_weight)
+            if use_lexical:
+                extra_lex = lexical_features(labelled_pairs, kb_scorer)
+                train_lex = np.concatenate([train_lex] + [extra_lex] * mining.labelled_weight)
+        tickets_prepared = model.prepare(train_pairs.tickets, "ticket", progress)
+        train_data = PreparedPairs(train_pairs, model.prepare(train_pairs.queries, "query", progress),
+                                   tickets_prepared, train_lex)
+        held_data = PreparedPairs(held_pairs, model.prepare(held_pairs.queries, "query", progress),
+                                  tickets_prepared, held_lex)
+
+    spec = net.metric_spec()
+    configured_pairs = [v for *_, v in spec["pairs"]]
+    net.set_weights([v if obs else 0.0 for v, obs in zip(configured_pairs, observable)], spec["channels"], spec["bm25"])
+    history: list[dict] = []
+    with stages(f"training the Siamese LSTM (up to {config.epochs} epochs)"):
+        _unit_scale(model, train_data)
+        model = fit(model, train_data, held_data, seed=seed, calibrate=False, progress=progress, history=history)
+        net = model.net
+
+    selection = None
+    truth = mined.held_out_truth
+    if config.weights == "grid":
+        with stages("selecting channel and pair weights on the held-out slice"):
+            ranked = np.arange(len(views))
+            if len(views) > MAX_RANKED_VIEWS:  # a sample of the views, every held-out ticket's own among them
+                rng = np.random.default_rng(seed + 2)
+                rest = np.setdiff1d(ranked, truth)
+                ranked = np.union1d(truth, rng.choice(rest, MAX_RANKED_VIEWS - len(np.unique(truth)), replace=False))
+            position = {int(r): i for i, r in enumerate(ranked)}
+            ranked_views = tickets_prepared.rows(ranked)
+            dist = rank_distances(model, held_data.queries, Prepared(*ranked_views))
+            # the held-out queries' rows: their clean query is the one whose truth is known
+            lex = None
+            if use_lexical:
+                lex = np.stack([view_scorer.lexical(query_text(q), ranked) for q in held_pairs.queries])
+            own = np.array([position[int(r)] for r in truth])
+            trained_spec = net.metric_spec()
+            # a pair whose distance is the same for every view of a query (e.g. no ticket has a SOLUTION) cannot
+            # change a ranking: it keeps its weight
+            varies = [bool((dist[p].max(axis=2) - dist[p].min(axis=2) > 1e-6).any()) for p in range(len(dist))]
+            observable = [o and v for o, v in zip(observable, varies)]
+            chosen, value = select_by_rank(dist, lex, own, trained_spec, config.grid, observable, progress)
+            before = _spec_mrr(dist, lex, own, trained_spec, observable)
+            alone = {}
+            for c in list(trained_spec["channels"]) + (["bm25"] if lex is not None else []):
+                one = dict(chosen, channels={k: float(k == c) for k in chosen["channels"]}, bm25=float(c == "bm25"))
+                alone[c] = _spec_mrr(dist, lex, own, one, observable)
+            net.set_weights([v for *_, v in chosen["pairs"]], chosen["channels"], chosen["bm25"])
+            selection = {"objective": f"held-out MRR@{MRR_K} of the own ticket among {len(ranked)} views",
+                         "value": value, "before": before, "alone": alone, "spec": chosen}
+        echo(f"held-out MRR@{MRR_K}: {before:.3f} with the configured weights, {value:.3f} with the selected ones; "
+             "each channel alone: " + ", ".join(f"{c} {v:.3f}" for c, v in alone.items()))
+    net.set_weights(_restored_pairs(net.metric_spec(), configured_pairs, observable), net.metric_spec()["channels"],
+                    net.metric_spec()["bm25"])
+    model.invalidate()
+    echo(f"metric weights: {_short(net.metric_spec())}")
+
+    with stages("calibrating on serving-like pairs"):
+        cal = calibration_pairs(mined, tickets, augmenter, seed)
+        cal_lex = lexical_features(cal, kb_scorer) if use_lexical else None
+        cal_data = PreparedPairs.of(model, cal, cal_lex, progress)
+        if labelled_pairs is not None:
+            lab_data = PreparedPairs.of(model, labelled_pairs,
+                                        lexical_features(labelled_pairs, kb_scorer) if use_lexical else None, progress)
+        _unit_scale(model, cal_data)
+        g = pair_scores(model, cal_data)
+        y = cal.y
+        if labelled_pairs is not None:
+            g, y = np.concatenate([g, pair_scores(model, lab_data)]), np.concatenate([y, labelled_pairs.y])
+        model.calibrator = Calibrator.fit_centered(g, y)
+    calibrated = model.calibrate(pair_scores(model, cal_data))
+    yes = cal.y == YES
+    echo(f"calibrated: held-out own-subject queries score {np.median(calibrated[yes]):.2f} (median), random "
+         f"tickets {np.median(calibrated[~yes]):.2f}")
+
+    model.meta["training"] = {
+        "mode": "label-free", "mining": mined.stats, "oov": oov, "history": history, "weight_selection": selection,
+        "observable_pairs": [f"{a}|{b}" for (a, b, _), o in zip(config.metric_pairs, observable) if o],
+        "labelled_pairs": len(labelled_pairs) if labelled_pairs is not None else 0,
+        "calibration_pairs": int(len(y)), "stage_seconds": stages.seconds,
+        "wall_seconds": round(time.time() - started, 1)}
+    model.invalidate()
+    if out_dir is not None:
+        model.save(out_dir)
+    return model
+
+
+def _spec_mrr(dist, lex, own, spec, observable) -> float:
+    pw = np.array([v for *_, v in spec["pairs"]]) * np.asarray(observable, bool)
+    cw = np.array(list(spec["channels"].values()), np.float32)
+    d = np.einsum("pcqn,p,c->qn", dist, pw, cw)
+    if lex is not None and spec["bm25"]:
+        d = d + spec["bm25"] * (1.0 - lex)
+    return mrr_at_k(d, own)
+
+
+def _restored_pairs(spec: dict, configured: Sequence[float], observable: Sequence[bool]) -> list[float]:
+    """Pair weights for serving: the selected ones, and for a pair the mined data cannot show, the weight of an
+    observed pair of the same kind (same level: SUB1–SUB2 takes DESC1–DESC2's, as Table 2 weighs them alike),
+    else its configured weight relative to the selected scale."""
+    scale = _scale_of(spec, configured, observable)
+    same_level = [v for (a, b, v), o in zip(spec["pairs"], observable) if o and a == b]
+    out = []
+    for (a, b, v), c, o in zip(spec["pairs"], configured, observable):
+        if o:
+            out.append(v)
+        elif a == b and same_level:
+            out.append(same_level[0])
+        else:
+            out.append(c * scale)
+    return out
+
+
+def _scale_of(spec: dict, configured: Sequence[float], observable: Sequence[bool]) -> float:
+    """How much the observable pair weights grew against their configured values (unit scaling and selection)."""
+    now = np.array([v for *_, v in spec["pairs"]])
+    conf = np.asarray(configured, dtype=np.float64)
+    obs = np.asarray(observable, bool) & (conf > 0)
+    return float(now[obs].sum() / conf[obs].sum()) if obs.any() and conf[obs].sum() > 0 else 1.0
+
+
+def _short(spec: dict) -> str:
+    channels = ", ".join(f"{c} {v:g}" for c, v in spec["channels"].items())
+    pairs = ", ".join(f"{a}-{b} {v:g}" for a, b, v in spec["pairs"])
+    return f"(channels {channels}; BM25 {spec['bm25']:g}; pairs {pairs})"

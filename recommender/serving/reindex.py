@@ -1,0 +1,43 @@
+"""Reindex: the one body behind `ticketrec index`/`reindex` and the Celery reindex task.
+
+Build a new index version of the store's tickets with a model, switch CURRENT to it and prune old versions
+(`build_index` does the three, under its lock), then describe the version that serves afterwards.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..config import Settings
+from ..data.store import Store
+from ..model.bundle import TicketModel
+from .index import build_index, open_current
+
+
+def reindex(settings: Settings, store: Store | None = None, model: TicketModel | str | Path | None = None, *,
+            full: bool = False, float16: bool = False, workers: int | None = None, progress: bool = False) -> dict:
+    """Index the store's tickets (only new or changed ones unless `full`) and switch to the new version.
+
+    `store`: default, the settings' database (opened and closed here). `model`: a loaded model or its directory
+    (default: TICKETREC_MODEL). An Elasticsearch pre-filter is fed the tickets as well; FTS5 and the index's own
+    postings need no feeding. Returns the serving version's description: version, path, n_tickets, encoded,
+    reused, dtype, model_version and seconds.
+    """
+    started = time.time()
+    if store is None:
+        with Store(settings.db) as own:
+            return reindex(settings, own, model, full=full, float16=float16, workers=workers, progress=progress)
+    if not isinstance(model, TicketModel):
+        model = TicketModel.load(Path(model) if model else settings.model)
+    prefilter = None
+    if settings.prefilter in ("elasticsearch", "es"):
+        from .searchers import make_searcher
+
+        prefilter = make_searcher(settings, store)
+    version = build_index(store, model, settings, incremental=not full, float16=float16, progress=progress,
+                          prefilter=prefilter, workers=workers)
+    index = open_current(settings)
+    return {"version": version, "path": str(index.path), "n_tickets": len(index),
+            "encoded": index.manifest.get("encoded"), "reused": index.manifest.get("reused"),
+            "dtype": index.manifest.get("dtype"), "model_version": index.model_version,
+            "seconds": round(time.time() - started, 2)}

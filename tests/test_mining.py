@@ -1,0 +1,150 @@
+"""Mining training pairs from a knowledge base, and the augmentations of the character-level Siamese paper."""
+import random
+
+import numpy as np
+import pytest
+
+from recommender.data.records import NO, YES, Ticket
+from recommender.data.synthetic import generate
+from recommender.errors import InputError
+from recommender.model.augment import Augmenter, induce_synonyms, typo
+from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs, require_minable, split_ticket
+
+
+@pytest.fixture(scope="module")
+def kb():
+    return generate(n_tickets=60, n_queries=0, seed=3).tickets
+
+
+def _as_tuples(mined):
+    return ([(q.subject, q.description) for q in mined.train_queries], mined.train_q.tolist(), mined.train_t.tolist(),
+            mined.train_y.tolist(), [(q.subject, q.description) for q in mined.held_out_queries],
+            mined.held_out_q.tolist(), mined.held_out_t.tolist(), mined.held_out_truth.tolist())
+
+
+def test_mining_is_deterministic_for_a_seed(kb):
+    aug = Augmenter({"valve": ["damper"]}, ["noise"], seed=1)
+    a = mine_pairs(kb, MiningConfig(), seed=4, augmenter=aug)
+    b = mine_pairs(kb, MiningConfig(), seed=4, augmenter=Augmenter({"valve": ["damper"]}, ["noise"], seed=1))
+    c = mine_pairs(kb, MiningConfig(), seed=5, augmenter=aug)
+    assert _as_tuples(a) == _as_tuples(b)
+    assert _as_tuples(a) != _as_tuples(c)
+
+
+def test_targets_leave_the_query_words_out(kb):
+    mined = mine_pairs(kb, MiningConfig(prefix_words=6), seed=0)
+    by_id = {t.id: t for t in kb}
+    for view in mined.views:
+        original = by_id[view.id]
+        assert view.subject == ""  # the subject is the query, never the target
+        assert view.solution == original.solution
+        words = original.description.split()
+        assert len(words) >= 12  # the synthetic descriptions are long: the whole prefix is taken
+        assert view.description == " ".join(words[6:])
+        assert not view.description.startswith(" ".join(words[:6]))
+    for query in mined.train_queries + mined.held_out_queries:
+        tid = query.id.split(":")[1]
+        assert query.description == " ".join(by_id[tid].description.split()[:6])
+
+
+def test_each_positive_has_its_negatives_half_hard_never_itself(kb):
+    config = MiningConfig(negatives=4, hard_share=0.5)
+    mined = mine_pairs(kb, config, seed=0)
+    for q_arr, t_arr, y_arr, queries in ((mined.train_q, mined.train_t, mined.train_y, mined.train_queries),
+                                         (mined.held_out_q, mined.held_out_t, mined.held_out_y, mined.held_out_queries)):
+        for qi in range(len(queries)):
+            rows, labels = t_arr[q_arr == qi], y_arr[q_arr == qi]
+            assert (labels == YES).sum() == 1 and (labels == NO).sum() == 4
+            own = rows[labels == YES][0]
+            assert own not in rows[labels == NO]  # negatives exclude the positive
+            assert len(set(rows.tolist())) == 5
+            assert mined.views[own].id == queries[qi].id.split(":")[1]
+
+
+def test_hard_negatives_share_words_random_ones_need_not(kb):
+    from recommender.lexical.bm25 import Bm25Scorer
+
+    mined = mine_pairs(kb, MiningConfig(negatives=4, hard_share=1.0, hard_pool=3), seed=0)
+    scorer = Bm25Scorer(mined.views)
+    for qi, query in enumerate(mined.held_out_queries):
+        own = mined.held_out_truth[qi]
+        scores = scorer.scores(f"{query.subject}\n{query.description}")
+        scores[own] = -1
+        top = set(np.argsort(-scores, kind="stable")[:4].tolist())  # 3 of the top 3 + 1 random fill-in at most
+        negs = mined.held_out_t[(mined.held_out_q == qi) & (mined.held_out_y == NO)]
+        assert len(set(negs.tolist()) & top) >= 3
+
+
+def test_held_out_slice_is_by_ticket_and_augmented_copies_only_in_training(kb):
+    aug = Augmenter({}, ["noise", "extra"], seed=0, typo_words=0.5, extra_words=0.5)
+    mined = mine_pairs(kb, MiningConfig(held_out=0.2, augmented=1), seed=0, augmenter=aug)
+    held = {q.id.split(":")[1] for q in mined.held_out_queries}
+    trained = {q.id.split(":")[1] for q in mined.train_queries}
+    assert held and trained and not held & trained
+    assert len(held) == max(8, round(0.2 * len(kb)))
+    assert all(":aug" not in q.id for q in mined.held_out_queries)
+    assert mined.stats["augmented_queries"] > 0
+    assert any(":aug" in q.id for q in mined.train_queries)
+
+
+def test_too_few_tickets_or_no_negatives_refused():
+    tiny = [Ticket(f"t{i}", f"subject {i}", f"description {i}", "") for i in range(MIN_TICKETS - 1)]
+    with pytest.raises(InputError, match=f"at least {MIN_TICKETS} tickets"):
+        mine_pairs(tiny)
+    subject_only = [Ticket(f"t{i}", f"subject {i}", "", "") for i in range(100)]
+    with pytest.raises(InputError, match="subject and a description or solution"):
+        require_minable(subject_only)
+    with pytest.raises(InputError, match="positives alone"):
+        MiningConfig(negatives=0)
+    with pytest.raises(InputError, match="unknown mining option"):
+        MiningConfig.from_dict({"negativs": 3})
+
+
+def test_split_ticket_skips_tickets_without_a_subject_or_a_body():
+    assert split_ticket(Ticket("a", "", "body", ""), 0) is None
+    assert split_ticket(Ticket("a", "subject", "", ""), 0) is None
+    q, v = split_ticket(Ticket("a", "Subject", "one two three four five six seven", "fix"), 2)
+    assert (q.subject, q.description, v.description, v.solution) == ("Subject", "one two", "three four five six seven", "fix")
+    q, v = split_ticket(Ticket("a", "Subject", "one two three", "fix"), 5)  # the view keeps at least half
+    assert (q.description, v.description) == ("one", "two three")
+    q, v = split_ticket(Ticket("a", "Subject", "one", ""), 5)  # nothing would be left: no prefix
+    assert (q.description, v.description) == ("", "one")
+
+
+# -- augmentations --------------------------------------------------------------------------------------------
+def test_typo_rates_are_those_of_the_paper():
+    rng = random.Random(0)
+    word = "abcdefghij" * 2000
+    out = typo(word, rng, substitute=0.20, delete=0.05)
+    deleted = 1 - len(out) / len(word)
+    assert 0.04 < deleted < 0.06
+    # align: deletions shift the text, so count substitutions on a no-deletion run
+    same_len = typo(word, random.Random(1), substitute=0.20, delete=0.0)
+    changed = np.mean([a != b for a, b in zip(word, same_len)])
+    assert 0.18 < changed < 0.22
+    assert typo("x", random.Random(2), substitute=0.0, delete=1.0) == "x"  # never empty
+
+
+def test_augmenter_rates_and_determinism():
+    words = [f"w{i}" for i in range(4000)]
+    text = " ".join(words)
+    aug = Augmenter({}, ["EXTRA"], seed=3, typo_words=0.0, synonym_words=0.0, drop_words=0.10, extra_words=0.10)
+    out = aug.augment(text).split()
+    kept = [w for w in out if w != "EXTRA"]
+    assert 0.08 < 1 - len(kept) / len(words) < 0.12
+    assert 0.08 < out.count("EXTRA") / len(words) < 0.12
+    assert aug.augment(text) == aug.augment(text) != aug.augment(text, key="other")
+    syn = Augmenter({"pump": ["compressor"]}, seed=0, synonym_words=1.0, typo_words=0.0, drop_words=0.0, extra_words=0.0)
+    assert syn.augment("pump pump valve") == "compressor compressor valve"
+    typos = Augmenter({}, seed=0, typo_words=1.0, synonym_words=0.0, drop_words=0.0, extra_words=0.0)
+    noisy = typos.augment("vibration " * 200).split()
+    assert 0.5 < np.mean([w != "vibration" for w in noisy]) < 1.0
+    assert Augmenter({}, seed=0, drop_words=1.0).augment("single") == "single"  # a one-word text keeps its word
+
+
+def test_synonyms_come_from_nearest_vectors():
+    tokens = ["<pad>", "<unk>", "<eos>", "pump", "compressor", "valve", "the"]
+    vectors = np.array([[0, 0], [0, 0], [0, 0], [1.0, 0.1], [1.0, 0.12], [0.0, 1.0], [1.0, 0.11]], np.float32)
+    syn = induce_synonyms(tokens, vectors, counts=[0, 0, 0, 9, 9, 9, 9], top_n=1, min_similarity=0.9)
+    assert syn["pump"] == ["compressor"] and syn["compressor"] == ["pump"]
+    assert "valve" not in syn and "the" not in syn  # no close neighbour; stop words never take part

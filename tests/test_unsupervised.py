@@ -1,0 +1,156 @@
+"""Label-free training: a store of tickets and no labelled pairs → a model that ranks and scores sensibly."""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from recommender.cli import main
+from recommender.data.records import LabeledPair, Query, Ticket
+from recommender.data.store import Dataset
+from recommender.data.synthetic import generate, write_jsonl
+from recommender.errors import InputError
+from recommender.lexical.bm25 import Bm25Scorer
+from recommender.model.bundle import TicketModel
+from recommender.model.calibration import Calibrator
+from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs
+from recommender.model.unsupervised import mrr_at_k, train_without_labels
+
+#: The tiny dimensions of tests/conftest.py's models, no pretrained channel (no MiniLM in a unit test).
+TINY = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 6, "topic_vocab": 80, "topic_epochs": 2,
+        "epochs": 2, "w2v_epochs": 2, "min_count": 1, "channels": {"h": 0.7, "E": 0.1, "T": 0.2}, "bm25": 0.3}
+OFF_TOPIC = Query("printer jammed paper tray", "The office printer jammed again; paper is stuck in tray 2.")
+
+
+def _env(home):
+    return {"TICKETREC_HOME": str(home), "TICKETREC_MODEL": None, "TICKETREC_DB": None, "TICKETREC_BROKER_URL": None,
+            "TICKETREC_PREFILTER": None, "TICKETREC_CANDIDATES": None}
+
+
+@pytest.fixture(scope="module")
+def label_free(tmp_path_factory):
+    """(home, model_dir, tickets, cli output): `ticketrec import` of 120 synthetic tickets (no queries, no pairs),
+    then `ticketrec train --out M --config tiny.json` — label-free, as a help desk would run it."""
+    tmp = tmp_path_factory.mktemp("label-free")
+    home, model_dir = tmp / "home", tmp / "M"
+    data = generate(n_tickets=120, n_queries=0, seed=11)
+    kb = write_jsonl(Dataset(data.tickets, source="kb"), tmp / "kb.jsonl")
+    (tmp / "tiny.json").write_text(json.dumps(TINY))
+    runner = CliRunner()
+    result = runner.invoke(main, ["import", str(kb), "--quiet"], env=_env(home))
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, ["train", "--out", str(model_dir), "--config", str(tmp / "tiny.json")], env=_env(home))
+    assert result.exit_code == 0, result.output
+    return home, model_dir, data.tickets, result.output
+
+
+def test_cli_trains_label_free_on_the_store_and_says_what_it_did(label_free):
+    _, model_dir, tickets, output = label_free
+    report = json.loads(output[output.index("{"):])
+    assert report["mode"] == "label-free" and report["labelled_pairs"] == 0
+    assert report["mined_pairs"] > 5 * 0.8 * len(tickets) and report["held_out_pairs"] > 0
+    for line in ("mined ", "out-of-vocabulary", "training the Siamese LSTM", "held-out MRR@10"):
+        assert line in output
+    model = TicketModel.load(model_dir)
+    assert model.meta["training"]["mode"] == "label-free" and model.calibrator is not None
+
+
+def test_label_free_model_ranks_a_held_out_ticket_above_random_ones(label_free):
+    """On tickets it never trained on (the held-out slice, same seed), the own subject query scores its ticket
+    above random tickets far more often than chance (1/2), and finds it high among all 120 tickets."""
+    _, model_dir, tickets, _ = label_free
+    model = TicketModel.load(model_dir)
+    mined = mine_pairs(tickets, MiningConfig(), seed=0)
+    held = [mined.views[int(i)].id for i in mined.held_out_truth]
+    by_id = {t.id: t for t in tickets}
+    scorer = Bm25Scorer(tickets)
+    rng = np.random.default_rng(0)
+    wins, ranks = [], []
+    for query, tid in zip(mined.held_out_queries, held):
+        q = Query(query.subject, query.description)
+        g = model.score_pairs([q] * len(tickets), tickets, scorer.lexical(f"{q.subject}\n{q.description}"))
+        own = [t.id for t in tickets].index(tid)
+        others = rng.choice(np.delete(np.arange(len(tickets)), own), 10, replace=False)
+        wins.append(np.mean(g[own] > g[others]))
+        ranks.append(-g)
+    assert np.mean(wins) > 0.8
+    own_rows = np.array([[t.id for t in tickets].index(tid) for tid in held])
+    assert mrr_at_k(np.stack(ranks), own_rows) > 0.3  # random order: about 0.02 over 120 tickets
+    assert by_id  # the slice names real tickets
+
+
+def test_a_ticket_pasted_as_its_own_query_scores_high_and_an_off_topic_query_low(label_free):
+    """The calibration guarantees, through the serving engine (index, candidates, scoring, calibration)."""
+    from recommender.config import Settings
+    from recommender.data.store import Store
+    from recommender.serving.engine import Recommender
+    from recommender.serving.index import build_index
+
+    home, model_dir, tickets, _ = label_free
+    settings = Settings.from_env({"TICKETREC_HOME": str(home), "TICKETREC_MODEL": str(model_dir),
+                                  "TICKETREC_CANDIDATES": "0"})
+    model = TicketModel.load(model_dir)
+    with Store(settings.db) as store:
+        build_index(store, model, settings, progress=False)
+    engine = Recommender(settings)
+    for ticket in tickets[:10]:
+        best = engine.recommend(Query(ticket.subject, ticket.description), k=3)
+        assert best[0].ticket.id == ticket.id and best[0].score >= 4.5
+        assert best[0].score > best[1].score  # no plateau at the top
+    off = engine.recommend(OFF_TOPIC, k=10)
+    assert off[0].score <= 2.5
+    scores = [r.score for r in engine.recommend(Query(tickets[0].subject, ""), k=10)]
+    assert len(set(np.round(scores, 6))) == len(scores)  # ties broken by raw score
+
+
+def test_centered_calibration_is_strictly_increasing_and_keeps_the_isotonic_levels(tmp_path):
+    rng = np.random.default_rng(0)
+    g = np.r_[rng.uniform(0.0, 0.4, 300), rng.uniform(0.3, 0.9, 100)]
+    y = np.r_[np.ones(300), np.full(100, 5.0)]
+    cal = Calibrator.fit_centered(g, y)
+    probe = np.linspace(0.0, 1.0, 201)
+    out = cal(probe)
+    assert np.all(np.diff(out) > 0) and out[0] == 1.0 and out[-1] == 5.0
+    assert cal(np.array([0.05]))[0] < 1.5 and cal(np.array([0.85]))[0] > 4.5
+    cal.save(tmp_path / "c.json")
+    assert np.array_equal(Calibrator.load(tmp_path / "c.json")(probe), out)
+
+
+def test_labelled_pairs_are_added_to_the_mined_ones(tmp_path):
+    data = generate(n_tickets=60, n_queries=0, seed=2)
+    tickets = data.tickets
+    query = Query("bearing vibration at the compressor", "High vibration after restart.", id="lab-q")
+    labelled = Dataset([tickets[0], tickets[1]], [query], [LabeledPair("lab-q", tickets[0].id, 5.0),
+                                                            LabeledPair("lab-q", tickets[1].id, 1.0)], "labels")
+    config = dict(TINY, epochs=1)
+    from recommender.model.siamese import SiameseConfig
+
+    model = train_without_labels(tickets, SiameseConfig().replace(**config), None, labelled=labelled,
+                                 mining=MiningConfig(labelled_weight=3), progress=False, echo=lambda _: None)
+    report = model.meta["training"]
+    assert report["labelled_pairs"] == 2
+    assert report["calibration_pairs"] > 2  # mined and labelled pairs both calibrate
+
+
+def test_too_few_tickets_is_a_clear_error_before_any_training():
+    tickets = [Ticket(f"t{i}", f"pump fault {i}", "The pump trips after start.", "") for i in range(MIN_TICKETS - 1)]
+    with pytest.raises(InputError, match=f"at least {MIN_TICKETS} tickets"):
+        train_without_labels(tickets, None, None, progress=False, echo=lambda _: None)
+
+
+def test_cli_errors_are_clear(tmp_path):
+    runner = CliRunner()
+    empty = runner.invoke(main, ["train", "--out", str(tmp_path / "m")], env=_env(tmp_path / "empty"))
+    assert empty.exit_code == 1 and "no tickets" in empty.output and "ticketrec import" in empty.output
+    assert "--train" in empty.output and "Traceback" not in empty.output
+    data = generate(n_tickets=40, n_queries=4, seed=1)
+    positives = Dataset(data.tickets, data.queries, [LabeledPair(p.query_id, p.ticket_id, 5.0) for p in data.pairs],
+                        "positives")
+    path = write_jsonl(positives, tmp_path / "pos.jsonl")
+    only = runner.invoke(main, ["train", "--train", str(path), "--no-mined", "--out", str(tmp_path / "m")],
+                         env=_env(tmp_path / "h"))
+    assert only.exit_code == 1 and "positives only" in only.output
+    both = runner.invoke(main, ["train", "--mined", "--dev", str(path), "--out", str(tmp_path / "m")],
+                         env=_env(tmp_path / "h"))
+    assert both.exit_code == 1 and "--no-mined" in both.output
+    assert not (tmp_path / "m").exists()
