@@ -768,7 +768,7 @@ def _serve(host: str, port: int) -> None:
 def demo(n_tickets: int, n_queries: int, seed: int, pretrained: bool, host: str, port: int, then_serve: bool) -> None:
     """Set up a synthetic knowledge base, train a model, build the index and serve the UI (each step once)."""
     from .serving.engine import Recommender
-    from .serving.index import build_index
+    from .serving.reindex import reindex as reindex_here
     from .model.bundle import TicketModel
     from .data.records import Query
     from .model.siamese import SiameseConfig
@@ -794,7 +794,7 @@ def demo(n_tickets: int, n_queries: int, seed: int, pretrained: bool, host: str,
             click.echo(f"2/3 model: training the Replicated Siamese LSTM on the knowledge base's labelled pairs")
             model = train_model(store.dataset(), None, config, cfg.model, seed=seed, progress=True)
         click.echo("3/3 index: encoding new or changed tickets")
-        version = build_index(store, model, cfg, incremental=True, progress=True)
+        version = reindex_here(cfg, store, model, progress=True)["version"]
         click.echo(f"    index version {version}")
         sample = Query("GT trips on high exhaust temperature spread",
                        "Unit ## tripped during loading. Exhaust thermocouples show a large spread and the "

@@ -178,3 +178,8 @@ def test_train_index_recommend_from_a_fresh_home(tmp_path):
     assert missing.exit_code == 1 and "Traceback" not in missing.output
     assert first["version"] in missing.output and f"{second['version']} (current)" in missing.output
     assert list_versions(Settings.from_env({"TICKETREC_HOME": str(home)})) == [first["version"], second["version"]]
+
+    # A nightly reindex with no model named and none at TICKETREC_MODEL keeps the model the serving version carries.
+    nightly = _json(run("reindex", "--in-process", "--full").output)
+    assert nightly["model_version"] == trained and nightly["version"] != second["version"]
+    assert not (home / "models" / "current").exists()

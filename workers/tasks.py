@@ -51,7 +51,7 @@ def train(self, preset: str = "ml_cl_hET", overrides: dict | None = None, out: s
     with it: the engines serve the model a version carries, so the new model serves once that version is current."""
     from pathlib import Path
 
-    from recommender.serving.index import build_index
+    from recommender.serving.reindex import reindex as reindex_here
     from recommender.model.siamese import SiameseConfig
     from recommender.data.store import Store
     from recommender.model.training import train_model
@@ -65,7 +65,7 @@ def train(self, preset: str = "ml_cl_hET", overrides: dict | None = None, out: s
         result = {"model": str(out_dir), "model_version": model.version,
                   "dev": model.meta.get("training", {}).get("dev")}
         if reindex and out_dir.resolve() == settings.model.resolve():
-            result["index_version"] = build_index(store, model, settings, progress=False)
+            result["index_version"] = reindex_here(settings, store, model)["version"]
         return result
     finally:
         store.close()

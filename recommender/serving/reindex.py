@@ -11,7 +11,14 @@ from pathlib import Path
 from ..config import Settings
 from ..data.store import Store
 from ..model.bundle import TicketModel
-from .index import build_index, open_current
+from .index import build_index, current_version, open_current
+
+
+def default_model_dir(settings: Settings) -> Path:
+    """The model a build uses when none is named: TICKETREC_MODEL when it holds one, else the serving version's."""
+    if (settings.model / "config.json").exists() or current_version(settings) is None:
+        return settings.model
+    return open_current(settings).model_dir
 
 
 def reindex(settings: Settings, store: Store | None = None, model: TicketModel | str | Path | None = None, *,
@@ -19,7 +26,8 @@ def reindex(settings: Settings, store: Store | None = None, model: TicketModel |
     """Index the store's tickets (only new or changed ones unless `full`) and switch to the new version.
 
     `store`: default, the settings' database (opened and closed here). `model`: a loaded model or its directory
-    (default: TICKETREC_MODEL). An Elasticsearch pre-filter is fed the tickets as well; FTS5 and the index's own
+    (default: TICKETREC_MODEL, or, when there is none, the model the serving version carries, so that a nightly
+    reindex after `ticketrec index --model DIR` keeps that model). An Elasticsearch pre-filter is fed the tickets as well; FTS5 and the index's own
     postings need no feeding. Returns the serving version's description: version, path, n_tickets, encoded,
     reused, dtype, model_version and seconds.
     """
@@ -28,7 +36,7 @@ def reindex(settings: Settings, store: Store | None = None, model: TicketModel |
         with Store(settings.db) as own:
             return reindex(settings, own, model, full=full, float16=float16, workers=workers, progress=progress)
     if not isinstance(model, TicketModel):
-        model = TicketModel.load(Path(model) if model else settings.model)
+        model = TicketModel.load(Path(model) if model else default_model_dir(settings))
     prefilter = None
     if settings.prefilter in ("elasticsearch", "es"):
         from .searchers import make_searcher
