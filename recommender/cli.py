@@ -366,18 +366,22 @@ def _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed: int, 
     from .data.importers import load_many
     from .model.bundle import TicketModel
 
-    base = Path(base_dir) if base_dir else settings().model
+    from .serving.reindex import default_model_dir
+
+    base = Path(base_dir) if base_dir else default_model_dir(settings())
     model = TicketModel.load(base)
     store = open_store()
     try:
         data = feedback_dataset(store)
+        knowledge_base = list(store.iter_tickets())
     finally:
         store.close()
     if train_files:
         data = merge(load_many(list(train_files)), data)
     held_out = load_many([dev_file]) if dev_file else None
     click.echo(f"fine-tuning {base} on {len(data.pairs)} labelled pairs ({len(data.queries)} queries)", err=True)
-    model, report = fine_tune(model, data, held_out, out_dir, seed=seed, epochs=epochs, progress=True)
+    model, report = fine_tune(model, data, held_out, out_dir, seed=seed, epochs=epochs, progress=True,
+                              knowledge_base=knowledge_base)
     echo_json({"model": str(out_dir), "base": str(base), "base_version": report["base_version"],
                "version": model.version, "train_pairs": report["train_pairs"],
                "held_out_pairs": report["held_out_pairs"], "before": report["before"], "after": report["after"],

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Sequence
 
 from tqdm import tqdm
 
 from ..errors import InputError
 from .bundle import TicketModel
-from ..data.records import LABEL_SCORES, LabeledPair, Query
+from ..data.records import LABEL_SCORES, LabeledPair, Query, Ticket
 from ..data.store import Dataset, Store, query_key
 from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fit, lexical_features,
                        split_queries)
@@ -53,12 +54,14 @@ def _knowledge_base(*datasets: Dataset) -> Bm25Scorer:
 
 
 def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_dir: str | Path | None,
-              seed: int = 0, epochs: int | None = None, progress: bool = True) -> tuple[TicketModel, dict]:
+              seed: int = 0, epochs: int | None = None, progress: bool = True,
+              knowledge_base: Sequence[Ticket] = ()) -> tuple[TicketModel, dict]:
     """A new model: `model` trained further on `train`'s pairs (vocabulary, word vectors, Punkt and DocNADE stay
     frozen), recalibrated; `model` itself is left untouched.
 
     Returns the tuned model and a report of the model before and after on the same held-out pairs
-    (`held_out`, or a seeded share of `train`'s queries when None).
+    (`held_out`, or a seeded share of `train`'s queries when None). `knowledge_base`: the tickets the queries are
+    served against (the store's); the lexical feature takes its IDF and maximum over them and the judged tickets.
     """
     started = time.time()
     base_version = model.version
@@ -68,7 +71,7 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
         train, held_out = split_queries(train, model.siamese_config.dev_share, seed)
     fit_pairs = PairSet.from_dataset(train, "training")
     dev_pairs = PairSet.from_dataset(held_out, "held-out") if held_out.pairs else None
-    kb = _knowledge_base(train, held_out) if model.siamese_config.bm25 > 0 else None
+    kb = _knowledge_base(train, held_out, Dataset(list(knowledge_base), [], [])) if model.siamese_config.bm25 > 0 else None
 
     config = model.siamese_config
     tq, tt = model.prepare(fit_pairs.queries, "query", progress), model.prepare(fit_pairs.tickets, "ticket", progress)
