@@ -480,7 +480,11 @@ def topics_show(model_dir, k: int, as_json: bool) -> None:
 @click.option("--dev", "dev_path", type=click.Path(dir_okay=False), help="grid: dev data, where weights are selected")
 @click.option("--test", "test_path", type=click.Path(dir_okay=False),
               help="labelled test data: only reported, never tuned on (with --model alone: evaluate that saved model)")
-@click.option("--grid", type=click.Choice(["table5", "quick"]), default="table5", show_default=True)
+@click.option("--grid", type=click.Choice(["table5", "core", "quick"]), default="table5", show_default=True,
+              help="grid: table5 (every row), core (its key rows) or quick")
+@click.option("--cv", "cv_folds", type=int, default=None, metavar="K",
+              help="grid: pool --train and --dev, K-fold cross-validation by query (weights selected on the other folds)")
+@click.option("--jobs", type=int, default=None, help="grid/--cv: worker processes (default: the number of cores)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="report directory, e.g. reports/NAME (required for the grid)")
 @click.option("--seeds", type=int, default=3, show_default=True, help="grid: seeds of the headline rows (mean ± spread)")
@@ -501,8 +505,8 @@ def topics_show(model_dir, k: int, as_json: bool) -> None:
               help="duplicates: also BM25, MiniLM and their reciprocal-rank fusion")
 @click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
 def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candidates, model_dir, kb_path, maps,
-             mapping_file, links_path, link_columns, baselines, as_json) -> None:
-    """Evaluate: the Table 5 grid (--train --dev --out), a saved model on labelled data (--model --test), or a
+             mapping_file, links_path, link_columns, baselines, as_json, cv_folds=None, jobs=None) -> None:
+    """Evaluate: the Table 5 grid (--train --dev --out), its cross-validation (--cv K), a saved model on labelled data (--model --test), or a
     model against BM25 and MiniLM on real duplicate links (--kb --duplicates)."""
     from pathlib import Path
 
@@ -555,13 +559,25 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
     if not (train_path and dev_path and out_dir):
         raise InputError("say what to evaluate: --train FILE --dev FILE --out DIR (the grid), --model DIR --test FILE "
                          "(a saved model), or --kb FILE --duplicates FILE (duplicate links)")
-    from .evaluation.experiments import run_experiment
+    from .evaluation.experiments import default_jobs, run_experiment
 
+    jobs = default_jobs() if jobs is None else jobs
+    if cv_folds is not None:
+        from .evaluation.crossval import run_cv
+
+        command = _command_line(["evaluate", "--train", train_path, "--dev", dev_path, "--cv", str(cv_folds),
+                                 "--out", out_dir, "--seed", str(seed), "--jobs", str(jobs)]
+                                + (["--candidates", str(candidates)] if candidates is not None else []))
+        results = run_cv(train_path, dev_path, out_dir, k=cv_folds, seed=seed, candidates=cfg.candidates, jobs=jobs,
+                         command=command, progress=not as_json)
+        echo_json({"report": str(Path(out_dir) / "report.md"), "verdict": results["verdict"],
+                   "cv": {r["name"]: {k: r["cv"][k] for k in ("official_map", "kb_map@10")} for r in results["rows"]}})
+        return
     command = _command_line(["evaluate", "--train", train_path, "--dev", dev_path] + (["--test", test_path] if test_path else [])
-                            + ["--grid", grid, "--out", out_dir, "--seeds", str(seeds), "--seed", str(seed)]
+                            + ["--grid", grid, "--out", out_dir, "--seeds", str(seeds), "--seed", str(seed), "--jobs", str(jobs)]
                             + (["--candidates", str(candidates)] if candidates is not None else []))
     results = run_experiment(train_path, dev_path, out_dir, test=test_path, grid=grid, seeds=seeds, seed=seed,
-                             candidates=cfg.candidates, command=command)
+                             candidates=cfg.candidates, command=command, jobs=jobs)
     from .evaluation.report import best_row
 
     best = best_row(results["rows"], "dev")

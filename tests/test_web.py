@@ -182,7 +182,9 @@ def test_results_show_ten_cards_solution_first_with_scores_and_topics(engine_cli
         score = float(re.search(r'<span class="score-value">(\d\.\d)</span>', card).group(1))
         assert 1.0 <= score <= 5.0
         assert card.index('class="solution"') < card.index("<details")  # the solution comes first
-        assert len(re.findall(r'class="chip"[^>]*title="topic \d+: [^"]+"', card)) == 3
+        topics_weigh = engine.index.metric_spec["channels"].get("T", 0) > 0  # chips only when topics weigh
+        assert len(re.findall(r'class="chip"[^>]*title="topic \d+: [^"]+"', card)) == (3 if topics_weigh else 0)
+        assert '<div class="why"' in card
         assert all(f'value="{label} ' in card for label in ("YES", "REL", "NO"))
     assert "<mark>" in html  # shared words highlighted
     assert engine.model.version[:12] in html and engine.index.version in html and "answered in" in html
@@ -248,3 +250,62 @@ def test_status_page_with_a_model(engine_client, web_engine):
     assert engine.model.version in html and engine.index.version in html
     assert engine.model.config["data_fingerprint"] in html
     assert re.search(r"<dt>Tickets</dt><dd>24</dd>", html)
+
+
+# -- why each result was chosen: channel shares; topic chips only when the topic channel weighs ---------------
+def reweighted_client(web_engine, tmp_path, channels: dict):
+    """A client over the web engine's model with channel weights replaced, on the same tickets (a fresh index)."""
+    from recommender.data.store import Dataset, Store
+    from recommender.model.bundle import TicketModel
+    from recommender.serving.engine import Recommender
+    from recommender.serving.index import build_index
+
+    base, _ = web_engine
+    model = TicketModel.load(base.model)
+    spec = model.metric_spec()
+    model.net.set_weights([v for *_, v in spec["pairs"]], {**spec["channels"], **channels})
+    model.invalidate()
+    settings = base.replace(home=tmp_path, db=tmp_path / "tickets.db", model=tmp_path / "models" / "current")
+    with Store(base.db) as src, Store(settings.db) as dst:
+        dst.import_dataset(Dataset(list(src.iter_tickets()), source="web-tiny"))
+        build_index(dst, model, settings, progress=False)
+    engine = Recommender(settings)
+    return create_app({"TESTING": True, "WTF_CSRF_ENABLED": False, "TICKETREC_SETTINGS": settings,
+                       "TICKETREC_ENGINE": engine}).test_client(), engine
+
+
+LABELS = {"words in common", "meaning", "topics", "LSTM", "word embeddings"}
+WHY_PART = r'data-channel="(\w+)" title="[^"]+"><i class="why-dot why-\w+"></i>([\w ]+) (\d+) %</span>'
+
+
+@pytest.mark.parametrize("t_weight", [0.0, 0.5])
+def test_cards_say_why_and_show_topic_chips_only_when_topics_weigh(web_engine, tmp_path, t_weight):
+    client, engine = reweighted_client(web_engine, tmp_path, {"E": 0.3, "T": t_weight})
+    assert (engine.index.metric_spec["channels"]["T"] > 0) == (t_weight > 0)
+    html = page(client.post("/", data=QUERY))
+    cards = cards_of(html)
+    assert len(cards) == 10
+    for card in cards:
+        chips = re.findall(r'class="chip"[^>]*title="topic \d+: [^"]+"', card)
+        assert len(chips) == (3 if t_weight else 0)
+        why = re.search(r'<div class="why" title="([^"]+)">(.*?)</div>', card, flags=re.S)
+        assert "typical candidate" in why.group(1)  # the one-sentence definition is the tooltip
+        parts = re.findall(WHY_PART, why.group(2))
+        if parts:
+            assert sum(int(p) for _, _, p in parts) == 100 and all(int(p) > 0 for _, _, p in parts)
+            assert {label for _, label, _ in parts} <= LABELS
+            assert t_weight > 0 or "T" not in {c for c, _, _ in parts}  # a weight-0 channel never appears
+            assert len(re.findall(r"<rect ", why.group(2))) == len(parts)
+        else:
+            assert "no channel sets it apart" in why.group(2)
+    assert 'data-channel="E"' in html  # E weighs here: it explains some result
+
+
+def test_why_percentages_add_up_to_a_hundred():
+    from web.views import _why
+
+    why = _why({"bm25": 0.333, "S": 0.333, "T": 0.334, "h": 0.0})
+    assert why[0]["channel"] == "T" and sum(w["percent"] for w in why) == 100
+    assert [w["x"] for w in why] == [0, why[0]["percent"], why[0]["percent"] + why[1]["percent"]]
+    assert {w["label"] for w in why} == {"words in common", "meaning", "topics"}
+    assert _why({"bm25": 0.0, "E": 0.0}) == [] and _why({}) == []

@@ -1,7 +1,7 @@
 """The support engineer's pages: search and results, feedback, ticket, status, topics."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -37,6 +37,49 @@ class ResultCard:
     topics: list[dict[str, Any]]
     shared: list[str]
     given: str | None
+    #: Why it was chosen: [{"channel", "label", "title", "percent", "x"}] (x = where its segment of the bar
+    #: starts), largest share first; empty when no channel sets it apart from the typical candidate.
+    why: list[dict[str, Any]] = field(default_factory=list)
+
+
+#: Readable names of the metric's channels (`Recommendation.channel_shares` keys) and what each one is.
+CHANNEL_LABELS = {
+    "bm25": ("words in common", "BM25 over the subject, description and solution"),
+    "S": ("meaning", "pretrained sentence encoder (MiniLM)"),
+    "T": ("topics", "DocNADE topic mix"),
+    "h": ("LSTM", "LSTM trained on this knowledge base's pairs"),
+    "E": ("word embeddings", "IDF-weighted mean of the word vectors"),
+}
+
+#: The one-sentence definition of a share (the "why" line's tooltip; docs/internals.md says the same).
+WHY_DEFINITION = ("Each channel's share of how much closer this ticket is to your query than the typical candidate "
+                  "(the median of the tickets scored for it), channel by channel; a channel where it is no closer "
+                  "gets 0 %.")
+
+
+def _why(shares: dict[str, float]) -> list[dict[str, Any]]:
+    """Shares as whole percentages that add up to 100 (largest remainder), largest first; 0 % left out."""
+    items = [(c, float(v)) for c, v in shares.items() if float(v) > 0.0]
+    if not items:
+        return []
+    total = sum(v for _, v in items)
+    raw = [(c, 100.0 * v / total) for c, v in items]
+    percent = {c: int(p) for c, p in raw}
+    for c, _ in sorted(raw, key=lambda cp: cp[1] - int(cp[1]), reverse=True)[: 100 - sum(percent.values())]:
+        percent[c] += 1
+    out, x = [], 0
+    for c, p in sorted(percent.items(), key=lambda cp: -cp[1]):
+        if p <= 0:
+            continue
+        label, title = CHANNEL_LABELS.get(c, (c, c))
+        out.append({"channel": c, "label": label, "title": title, "percent": p, "x": x})
+        x += p
+    return out
+
+
+@bp.context_processor
+def _why_definition() -> dict[str, str]:
+    return {"why_definition": WHY_DEFINITION}
 
 
 def _cards(answer: RecommendResult, given: dict[str, str]) -> list[ResultCard]:
@@ -48,12 +91,16 @@ def _cards(answer: RecommendResult, given: dict[str, str]) -> list[ResultCard]:
             rank=rec.rank, ticket_id=ticket.id, score=float(rec.score), score_text=f"{float(rec.score):.1f}",
             solution=highlight(ticket.solution, terms), subject=highlight(ticket.subject, terms),
             description=highlight(ticket.description, terms), topics=_topic_chips(rec), shared=terms,
-            given=given.get(ticket.id),
+            given=given.get(ticket.id), why=_why(rec.channel_shares),
         ))
     return cards
 
 
 def _topic_chips(rec: Recommendation) -> list[dict[str, Any]]:
+    """DocNADE topic chips, only when the topic channel carries weight in the model that answered (its
+    `channel_shares` name every channel with a weight > 0: metric_spec["channels"]["T"] > 0)."""
+    if "T" not in rec.channel_shares:
+        return []
     chips = []
     for topic in list(rec.topics)[:3]:
         words = [str(w) for w in topic.get("words", [])]

@@ -49,6 +49,10 @@ class Recommendation:
     shared_terms: list[str] = field(default_factory=list)
     topics: list[dict[str, Any]] = field(default_factory=list)  # [{"id": int, "weight": float, "words": [...]}]
     bm25: float | None = None
+    #: Why it was chosen: channel ("bm25" words in common, "S" meaning, "T" topics, "h" LSTM, "E" word embeddings)
+    #: → its share of what sets this ticket apart from the query's typical candidate (shares sum to 1, or are
+    #: all 0); channels the served model gives weight 0 are absent (`serving.scoring.channel_shares`).
+    channel_shares: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form used by the CLI and the API."""
@@ -59,6 +63,7 @@ class Recommendation:
             "bm25": None if self.bm25 is None else float(self.bm25),
             "shared_terms": list(self.shared_terms),
             "topics": list(self.topics),
+            "channel_shares": {c: round(float(v), 4) for c, v in self.channel_shares.items()},
             "ticket": {
                 "id": self.ticket.id,
                 "subject": self.ticket.subject,

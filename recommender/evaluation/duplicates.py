@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from ..data.records import Query, Ticket
 from ..errors import InputError
+from .metrics import bootstrap_interval, bootstrap_samples
 
 log = logging.getLogger(__name__)
 
@@ -110,19 +111,6 @@ def rank_metrics(ranks: Sequence[int | None], ks: Sequence[int] = KS) -> dict[st
     for k in ks:
         out[f"Acc@{k}"] = (r <= k).astype(np.float64)
     return out
-
-
-def bootstrap_interval(values: np.ndarray, samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of `values` over resampled query indices `samples` [B, n]."""
-    means = np.asarray(values, dtype=np.float64)[samples].mean(axis=1)
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return float(low), float(high)
-
-
-def bootstrap_samples(n: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
-    """[n_boot, n] query indices drawn with replacement (one draw shared by every system of a run)."""
-    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
 
 
 def evaluate_duplicates(

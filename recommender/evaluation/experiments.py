@@ -1,7 +1,9 @@
 """The Table 5 experiment grid: every row a configuration of the one model class (or the BM25 baseline),
 trained on --train, selected on --dev, reported on dev (and --test) under both protocols.
 
-Entry point: `run_experiment(...)`, used by `ticketrec evaluate`.
+Entry point: `run_experiment(...)`, used by `ticketrec evaluate`. Rows run in `jobs` worker processes (one torch
+thread each, inner progress bars off, one bar of rows done); every seed's predictions and figures are kept.
+Cross-validation of the weight selection lives in `crossval.py`.
 """
 from __future__ import annotations
 
@@ -58,8 +60,8 @@ def grid_rows(grid: str) -> list[Row]:
             Row("E ML (unsupervised)", "11–14", "SumEMB E, multi-level pairs, no training", preset="e_ml"),
             Row("ML+CL h/E/T (paper weights)", "22", "replicated Siamese LSTM, Table 2 weights", preset="ml_cl_hET", headline=True),
         ]
-    if grid != "table5":
-        raise InputError(f"unknown grid {grid!r}; use table5 or quick")
+    if grid not in ("table5", "core"):
+        raise InputError(f"unknown grid {grid!r}; use table5, core or quick")
     rows = [Row("BM25", "", "BM25 over SUB+DESC+SOL (the pre-filter alone)", kind="bm25")]
     for i, (q, t) in enumerate(_COMBOS_9, 1):
         rows.append(Row(f"T {_combo_name(q, t)}", str(i), "DocNADE topic vectors, no training", preset="t_merged",
@@ -87,7 +89,15 @@ def grid_rows(grid: str) -> list[Row]:
         Row("best: h/E/T/S + BM25", "", "all channels + BM25, wide dev grid (the product's --pretrained model)",
             preset="default_s", headline=True),
     ]
+    if grid == "core":
+        return [r for r in rows if r.name in CORE_ROWS]
     return rows
+
+
+#: The `core` grid: the key rows of table5 (baselines, the best unsupervised row of each kind, the paper's model,
+#: and the grid-weighted rows with S) — what fits a shared 2-core machine in well under an hour on SemEval.
+CORE_ROWS = ("BM25", "T SUB+DESC–SUB+DESC+SOL", "E SUB+DESC–SUB+DESC", "E ML", "S zero-shot", "ML+CL h/E/T",
+             "ML+CL h/E/T, grid weights", "+ S channel", "best: h/E/T/S + BM25")
 
 
 # -- data -----------------------------------------------------------------------------------------------------------
@@ -107,7 +117,7 @@ class Split:
     name: str
     path: Path
     dataset: Dataset
-    store: Store
+    store: Store | None  # None in a grid worker process (it only reads the data set)
     searcher: Any  # a MemorySearcher: the one BM25, IDF over this split's tickets
 
     def describe(self) -> dict:
@@ -115,7 +125,8 @@ class Split:
                 "queries": len(self.dataset.queries), "pairs": len(self.dataset.pairs)}
 
 
-def _open_split(name: str, path: Path, out: Path) -> Split:
+def _open_split(name: str, path: Path, out: Path | None) -> Split:
+    """Load a split; with `out`, also import it into a fresh SQLite store under out/stores (the parent's copy)."""
     if not path.is_file():
         raise InputError(f"--{name} file {path} does not exist; give the path of a JSONL, CSV or SemEval XML data set")
     from ..data.importers import load
@@ -124,6 +135,8 @@ def _open_split(name: str, path: Path, out: Path) -> Split:
     dataset = load(path)
     if not dataset.pairs:
         raise InputError(f"--{name} {path} has no labelled pairs; evaluation needs (query, ticket, score) labels")
+    if out is None:
+        return Split(name, path, dataset, None, MemorySearcher(dataset.tickets))
     db = out / "stores" / f"{name}.sqlite3"
     db.parent.mkdir(parents=True, exist_ok=True)
     for suffix in ("", "-wal", "-shm"):  # a fresh knowledge base per run: exactly this split's tickets
@@ -247,8 +260,7 @@ def _train(row: Row, train: Split, dev: Split, seed: int, out: Path, overrides: 
     kwargs: dict[str, Any] = {"seed": seed, "progress": progress}
     if cached.exists():
         kwargs["word_vectors"] = cached
-    slug = "".join(c if c.isalnum() else "-" for c in row.name.lower()).strip("-")
-    target = out / "models" / f"{slug}-seed{seed}"
+    target = out / "models" / f"{slug(row.name)}-seed{seed}"
     model = _trained_before(target, config, seed, train, dev)
     if model is None:
         model = train_model(train.dataset, dev.dataset, config, target, **kwargs)
@@ -284,6 +296,133 @@ def _evaluate_system(system, split: Split, k: int, progress: bool) -> tuple[dict
     return metrics, rr, kb
 
 
+def slug(name: str) -> str:
+    """A row name as a file name: lower case, every other character a dash."""
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+
+
+@dataclass
+class RunSpec:
+    """What every row of a run shares (picklable: sent to the grid's worker processes)."""
+
+    paths: dict[str, str]  # split name → data file
+    out: str
+    seeds: int
+    seed: int
+    candidates: int
+    overrides: dict
+
+    @property
+    def eval_splits(self) -> list[str]:
+        return [s for s in ("dev", "test") if s in self.paths]
+
+    def row_seeds(self, row: Row) -> list[int]:
+        """Every seed for a trained headline row, the first seed alone for the others."""
+        return [self.seed + i for i in range(self.seeds)] if (row.headline and row.trained) else [self.seed]
+
+
+def run_row(row: Row, splits: dict[str, Split], spec: RunSpec) -> dict:
+    """Train (every seed of) one row, evaluate it on dev (and test) under both protocols and write every seed's
+    predictions (`predictions/SPLIT/NAME-seedS.{rerank,kb}.{jsonl,pred}`); returns {"entry", "calibration", "note"}.
+    Inner progress bars stay off: the grid shows one bar."""
+    from ..model.calibration import Calibrator
+
+    out = Path(spec.out)
+    row_seeds = spec.row_seeds(row)
+    per_split: dict[str, list[dict]] = {s: [] for s in spec.eval_splits}
+    versions: list[str] = []
+    calibration = None
+    try:
+        for s in row_seeds:
+            if row.kind == "bm25":
+                train_sys = BM25System(splits["train"])
+                fit = P.rerank(splits["train"].dataset, train_sys.score, progress=False)
+                cal = Calibrator.fit(np.array([p.raw_score for p in fit.predictions]), np.array([p.label for p in fit.predictions]))
+                systems = {name: BM25System(splits[name], cal) for name in spec.eval_splits}
+            else:
+                model = _train(row, splits["train"], splits["dev"], s, out, spec.overrides, False)
+                versions.append(getattr(model, "version", ""))
+                systems = {name: ModelSystem(model, splits[name], spec.candidates) for name in spec.eval_splits}
+            for name, system in systems.items():
+                m, rr, kb = _evaluate_system(system, splits[name], 10, False)
+                per_split[name].append(m)
+                rr.write(out / "predictions" / name, f"{slug(row.name)}-seed{s}")
+                kb.write(out / "predictions" / name, f"{slug(row.name)}-seed{s}")
+                if name == "dev" and s == row_seeds[0]:
+                    calibration = ([p.score for p in rr.predictions], [p.label for p in rr.predictions])
+    except (ImportError, NotImplementedError) as exc:
+        return {"entry": None, "calibration": None, "note": f"row {row.name!r} skipped: {exc}"}
+    entry = {"name": row.name, "paper_row": row.paper_row, "description": row.description, "kind": row.kind,
+             "preset": row.preset, "overrides": row.overrides, "seeds": row_seeds, "model_versions": versions}
+    for name in spec.eval_splits:
+        entry[name], entry[f"{name}_spread"] = _mean_spread(per_split[name])
+        if len(row_seeds) > 1:
+            entry[f"{name}_per_seed"] = per_split[name]
+    return {"entry": entry, "calibration": calibration, "note": None}
+
+
+_WORKER_SPLITS: dict[str, Split] = {}
+
+
+def _worker_init(paths: dict[str, str]) -> None:
+    """A grid worker: one torch thread, no inner progress bars, its own read-only copy of the splits."""
+    import os
+
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", "TQDM_DISABLE",
+                "HF_HUB_DISABLE_PROGRESS_BARS"):
+        os.environ[var] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+    _WORKER_SPLITS.update({name: _open_split(name, Path(path), None) for name, path in paths.items()})
+
+
+def _worker_row(row: Row, spec: RunSpec) -> dict:
+    return run_row(row, _WORKER_SPLITS, spec)
+
+
+def default_jobs() -> int:
+    """The default --jobs: the number of cores this process may use."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def run_rows(rows: Sequence[Row], splits: dict[str, Split], spec: RunSpec, jobs: int = 1,
+             progress: bool = True) -> list[dict]:
+    """Run `rows` (in `jobs` processes), one progress bar of rows done; results in the order of `rows`.
+
+    Every row up to the first model row runs here first: that row trains word2vec once and caches it
+    (out/cache/word2vec.txt) for every later row, so a parallel run reads the same word vectors as a serial one
+    and gives the same figures.
+    """
+    rows = list(rows)
+    if jobs < 1:
+        raise InputError("--jobs must be at least 1")
+    results: list[dict | None] = [None] * len(rows)
+    first_model = next((i for i, r in enumerate(rows) if r.kind == "model"), len(rows) - 1)
+    with tqdm(total=len(rows), desc="grid", unit="row", disable=not progress) as bar:
+        serial_upto = len(rows) if jobs == 1 else first_model + 1
+        for i in range(min(serial_upto, len(rows))):
+            results[i] = run_row(rows[i], splits, spec)
+            bar.update(1)
+        rest = list(range(serial_upto, len(rows)))
+        if rest:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            with ProcessPoolExecutor(max_workers=min(jobs, len(rest)), mp_context=mp.get_context("spawn"),
+                                     initializer=_worker_init, initargs=(spec.paths,)) as pool:
+                futures = {pool.submit(_worker_row, rows[i], spec): i for i in rest}
+                for future in as_completed(futures):
+                    results[futures[future]] = future.result()
+                    bar.update(1)
+    return [r for r in results if r is not None]
+
+
 def run_experiment(
     train: str | Path,
     dev: str | Path,
@@ -297,8 +436,9 @@ def run_experiment(
     rows: Sequence[Row] | None = None,
     command: str = "",
     progress: bool = True,
+    jobs: int = 1,
 ) -> dict:
-    """Run every row of `grid` and write the report into `out`; returns the results dict (results.json)."""
+    """Run every row of `grid` (in `jobs` processes) and write the report into `out`; returns the results dict."""
     import torch
 
     torch.set_num_threads(1)
@@ -313,48 +453,14 @@ def run_experiment(
     for row in rows:  # fail now, not after an hour of training, on a row that cannot be configured
         if row.kind == "model":
             SiameseConfig.preset(row.preset, **{**row.overrides, **overrides})
-    splits = {"train": _open_split("train", Path(train), out), "dev": _open_split("dev", Path(dev), out)}
-    if test is not None:
-        splits["test"] = _open_split("test", Path(test), out)
-    eval_splits = [s for s in ("dev", "test") if s in splits]
+    paths = {"train": Path(train), "dev": Path(dev), **({"test": Path(test)} if test is not None else {})}
+    splits = {name: _open_split(name, path, out) for name, path in paths.items()}
+    spec = RunSpec({k: str(v) for k, v in paths.items()}, str(out), seeds, seed, candidates, overrides)
 
-    from ..model.calibration import Calibrator
-
-    results_rows: list[dict] = []
-    calibration: dict[str, tuple[list[float], list[float]]] = {}
-    notes: list[str] = []
-    for row in tqdm(rows, desc="grid", unit="row", disable=not progress):
-        row_seeds = [seed + i for i in range(seeds)] if (row.headline and row.trained) else [seed]
-        per_split: dict[str, list[dict]] = {s: [] for s in eval_splits}
-        versions: list[str] = []
-        try:
-            for s in row_seeds:
-                if row.kind == "bm25":
-                    train_sys = BM25System(splits["train"])
-                    fit = P.rerank(splits["train"].dataset, train_sys.score, progress=False)
-                    cal = Calibrator.fit(np.array([p.raw_score for p in fit.predictions]), np.array([p.label for p in fit.predictions]))
-                    systems = {name: BM25System(splits[name], cal) for name in eval_splits}
-                else:
-                    model = _train(row, splits["train"], splits["dev"], s, out, overrides, progress)
-                    versions.append(getattr(model, "version", ""))
-                    systems = {name: ModelSystem(model, splits[name], candidates) for name in eval_splits}
-                for name, system in systems.items():
-                    m, rr, kb = _evaluate_system(system, splits[name], 10, progress)
-                    per_split[name].append(m)
-                    if s == row_seeds[0]:
-                        slug = "".join(c if c.isalnum() else "-" for c in row.name.lower()).strip("-")
-                        rr.write(out / "predictions" / name, slug)
-                        kb.write(out / "predictions" / name, slug)
-                        if name == "dev":
-                            calibration[row.name] = ([p.score for p in rr.predictions], [p.label for p in rr.predictions])
-        except (ImportError, NotImplementedError) as exc:
-            notes.append(f"row {row.name!r} skipped: {exc}")
-            continue
-        entry = {"name": row.name, "paper_row": row.paper_row, "description": row.description, "kind": row.kind,
-                 "preset": row.preset, "overrides": row.overrides, "seeds": row_seeds, "model_versions": versions}
-        for name in eval_splits:
-            entry[name], entry[f"{name}_spread"] = _mean_spread(per_split[name])
-        results_rows.append(entry)
+    done = run_rows(rows, splits, spec, jobs, progress)
+    results_rows = [d["entry"] for d in done if d["entry"] is not None]
+    notes = [d["note"] for d in done if d["note"]]
+    calibration = {d["entry"]["name"]: d["calibration"] for d in done if d["entry"] is not None and d["calibration"]}
 
     from .report import best_row
 
@@ -365,7 +471,7 @@ def run_experiment(
         "command": command or f"run_experiment(train={train!s}, dev={dev!s}, test={test!s}, grid={grid}, seeds={seeds}, seed={seed})",
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "grid": grid, "seeds": seeds, "seed": seed, "candidates": candidates, "threshold": M.YES_AND_REL,
-        "overrides": overrides,
+        "overrides": overrides, "jobs": jobs,
         "data": {name: split.describe() for name, split in splits.items()},
         "versions": _versions(),
         "rows": results_rows,

@@ -158,6 +158,23 @@ def official_semeval(
     return {"official_map": 100 * ap / n, "official_mrr": 100 * rr / n, "official_p@1": 100 * p1 / n}
 
 
+def per_query_values(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, float]],
+                     threshold: float = YES_AND_REL) -> dict[str, dict[str, float]]:
+    """query id → its own values of the headline measures, whose means over the queries are the run's figures:
+    `official_map`, `official_mrr`, `official_p@1` (×100, as `official_semeval`), `map@10`, `acc@10` (fractions)."""
+    _check(run, qrels)
+    out: dict[str, dict[str, float]] = {}
+    for qid, ranking in run.items():
+        labels = qrels.get(qid, {})
+        flags = relevance_flags(ranking, labels, threshold)
+        out[qid] = {"official_map": 100 * official_average_precision(flags, 10),
+                    "official_mrr": 100 * reciprocal_rank_at_k(flags, 10),
+                    "official_p@1": 100 * float(len(flags) > 0 and flags[0]),
+                    "map@10": average_precision_at_k(flags, 10, n_relevant(labels, threshold)),
+                    "acc@10": accuracy_at_k(flags, 10)}
+    return out
+
+
 def success_rate(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, float]], k: int = 10) -> dict[str, float]:
     """The paper's Figure 4: share of queries with ≥1, ≥2, ≥3 relevant tickets among the top k.
 
@@ -176,6 +193,34 @@ def rank_by_score(scores: Sequence[tuple[str, float]]) -> list[str]:
     """Ticket ids by descending score; ties keep the given order (the official scorer's stable sort)."""
     order = sorted(range(len(scores)), key=lambda i: -float(scores[i][1]))
     return [scores[i][0] for i in order]
+
+
+# -- bootstrap over queries ------------------------------------------------------------------------------------------
+def bootstrap_samples(n: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
+    """[n_boot, n] query indices drawn with replacement (one draw shared by every system of a run)."""
+    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+
+
+def bootstrap_interval(values: np.ndarray, samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of `values` over resampled query indices `samples` [B, n]."""
+    means = np.asarray(values, dtype=np.float64)[samples].mean(axis=1)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(means, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def paired_bootstrap_difference(a: Sequence[float], b: Sequence[float], n_boot: int = 2000, seed: int = 0,
+                                level: float = 0.95) -> dict[str, float]:
+    """Mean of a − b over the same queries (paired: per-query values of two systems, in the same query order), its
+    percentile bootstrap interval (queries resampled) and the share of resamples where the difference is ≤ 0."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1 or len(x) == 0:
+        raise InputError(f"a paired bootstrap needs two equally long, non-empty per-query lists (got {x.shape}, {y.shape})")
+    diff = x - y
+    samples = bootstrap_samples(len(diff), n_boot, seed)
+    low, high = bootstrap_interval(diff, samples, level)
+    return {"diff": float(diff.mean()), "low": low, "high": high,
+            "p_not_better": float((diff[samples].mean(axis=1) <= 0).mean())}
 
 
 # -- SemEval files ---------------------------------------------------------------------------------------------------

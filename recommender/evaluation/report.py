@@ -71,11 +71,43 @@ def results_csv(results: dict) -> str:
     return out.getvalue()
 
 
+#: The headline figures of per-seed and cross-validation tables: (key, header, format).
+HEADLINE = [("official_map", "MAP", "{:.2f}"), ("official_mrr", "MRR", "{:.2f}"), ("official_p@1", "P@1", "{:.2f}"),
+            ("kb_map@10", "KB MAP@10", "{:.3f}"), ("kb_acc@10", "KB Acc@10", "{:.3f}")]
+
+
+def per_seed_tables(rows: Sequence[dict]) -> list[str]:
+    """Report lines: the headline figures of every seed of the rows that ran with several."""
+    parts: list[str] = []
+    for split in ("dev", "test"):
+        multi = [r for r in rows if r.get(f"{split}_per_seed")]
+        if not multi:
+            continue
+        parts += [f"## Per-seed figures on {split}", "", "| model | seed | " + " | ".join(h for _, h, _ in HEADLINE) + " |",
+                  "|---|---|" + "---|" * len(HEADLINE)]
+        for r in multi:
+            for s, m in zip(r["seeds"], r[f"{split}_per_seed"]):
+                parts.append(f"| {r['name']} | {s} | " + " | ".join(_fmt(m.get(k), None, f) for k, _, f in HEADLINE) + " |")
+        parts.append("")
+    return parts
+
+
+#: What the grids smaller than table5 hold (said in their report's header).
+SMALLER_GRIDS = {
+    "core": "the key rows of the Table 5 grid (BM25, the best topic and embedding rows, S zero-shot, the paper's "
+            "model with fixed and grid weights, and the rows with the S channel)",
+    "quick": "BM25, the unsupervised multi-level E row and the paper's model with its Table 2 weights",
+}
+
+
 def render_markdown(results: dict, plots: Sequence[str]) -> str:
     """The whole report.md text."""
     rows = results["rows"]
     parts = [f"# Evaluation report: {results.get('name', '')}", ""]
     parts += [f"Produced {results['date']} by:", "", "```", results["command"], "```", ""]
+    if results.get("grid") in SMALLER_GRIDS:
+        parts += [f"**A smaller grid than table5**: `--grid {results['grid']}` runs only "
+                  f"{SMALLER_GRIDS[results['grid']]}; the other table5 rows are not in this report.", ""]
     parts += ["## Data", "", "| split | file | sha256 (first 16) | tickets | queries | labelled pairs |", "|---|---|---|---|---|---|"]
     for split, d in results["data"].items():
         parts.append(f"| {split} | `{d['path']}` | `{d['sha256'][:16]}` | {d['tickets']} | {d['queries']} | {d['pairs']} |")
@@ -92,6 +124,7 @@ def render_markdown(results: dict, plots: Sequence[str]) -> str:
     for split in ("dev", "test"):
         if any(split in r for r in rows):
             parts += [f"## Results on {split}", "", markdown_table(rows, split), ""]
+    parts += per_seed_tables(rows)
     best = best_row(rows, "dev")
     if best is not None:
         parts += ["## Best row on dev", "", f"**{best['name']}** ({best.get('description', '')}): official MAP "
@@ -294,3 +327,88 @@ def write_duplicates_report(results: dict, out: str | Path) -> dict[str, Path]:
     atomic_write_text(paths["json"], json.dumps(results, indent=2, default=float))
     atomic_write_text(paths["md"], render_duplicates_markdown(results, [str(p) for p in plots]))
     return {**paths, **{p.stem: p for p in plots}}
+
+
+# -- cross-validation (`ticketrec evaluate --train A --dev B --cv K`) -----------------------------------------------
+def _cv_cell(row: dict, key: str, pattern: str) -> str:
+    f = row["folds"][key]
+    return f"{pattern.format(row['cv'][key])} [{pattern.format(f['min'])}–{pattern.format(f['max'])}] ± {pattern.format(f['std'])}"
+
+
+def _diff_cell(d: dict | None, pattern: str) -> str:
+    if not d:
+        return "–"
+    return f"{pattern.format(d['diff'])} [{pattern.format(d['low'])}, {pattern.format(d['high'])}]"
+
+
+def render_cv_markdown(results: dict) -> str:
+    """The report.md of a cross-validation run."""
+    rows, v = results["rows"], results["verdict"]
+    parts = [f"# Cross-validated evaluation: {results.get('name', '')}", "",
+             f"Produced {results['date']} by:", "", "```", results["command"], "```", "",
+             "## Data", "", "| input | file | sha256 (first 16) | tickets | queries | labelled pairs |", "|---|---|---|---|---|---|"]
+    for name, d in results["data"].items():
+        parts.append(f"| {name} | `{d['path']}` | `{d['sha256'][:16]}` | {d['tickets']} | {d['queries']} | {d['pairs']} |")
+    parts += ["", "| fold | held-out queries | its knowledge base (tickets) | training queries | selection queries |",
+              "|---|---|---|---|---|"]
+    parts += [f"| {f['fold']} | {f['queries']} | {f['tickets']} | {f['train_queries']} | {f['selection_queries']} |"
+              for f in results["folds"]]
+    margin = results.get("margin")
+    rule = "one standard error of the best" if margin is None else f"{margin} MAP points of the best"
+    parts += ["", "## Protocol", "",
+              f"The inputs are pooled and their labelled queries split into {results['k']} folds (seed "
+              f"{results['seed']}). For each fold, the other folds are split again by query: the network trains on "
+              "one part (early stopping on the other), and the weights are selected on the other part. Each "
+              "held-out fold is measured as a dev split is (rerank: official SemEval scorer ×100; KB: its own "
+              f"tickets are the knowledge base, BM25 pre-filter K = {results['candidates']}), so every query is "
+              "measured once, by a model that never saw it.", "",
+              f"- **Selection rule** (`simplest`): among the grid combinations whose selection MAP is within {rule}, "
+              "the one with the fewest non-zero channels (BM25 counts as one), then the channel weights closest to "
+              "uniform, then the pair weights closest to uniform, then the higher MAP. `argmax` is the plain best MAP.",
+              "- **CV estimate** = mean over all queries; [min–max] ± std = the spread of the per-fold figures.",
+              f"- **Δ** = paired difference of the per-query values against a baseline, with its 95 % percentile "
+              f"bootstrap interval ({results['bootstrap']} resamples of the queries, seed {results['seed']}).",
+              "- The KB figures use each fold's own knowledge base (about 1/K of the pooled tickets), so they are "
+              "not comparable with a KB figure over a whole dev file.", "",
+              "## Cross-validated figures", "",
+              "| configuration | " + " | ".join(h for _, h, _ in HEADLINE) + " |", "|---|" + "---|" * len(HEADLINE)]
+    for r in rows:
+        parts.append(f"| {r['name']} | " + " | ".join(_cv_cell(r, k, f) for k, _, f in HEADLINE) + " |")
+    for base in ("BM25", "S zero-shot (MiniLM)"):
+        against = [r for r in rows if base in r["vs"]]
+        if against:
+            parts += ["", f"## Δ against {base} (95 % paired bootstrap interval)", "",
+                      "| configuration | " + " | ".join(h for _, h, _ in HEADLINE) + " |", "|---|" + "---|" * len(HEADLINE)]
+            parts += [f"| {r['name']} | " + " | ".join(_diff_cell(r["vs"][base].get(k), f) for k, _, f in HEADLINE) + " |"
+                      for r in against]
+    weighted = [r for r in rows if r["weights"]]
+    if weighted:
+        parts += ["", "## Selected weights per fold", "", "| configuration | weight | per fold | min–max |", "|---|---|---|---|"]
+        for r in weighted:
+            for w, d in r["weights"].items():
+                parts.append(f"| {r['name']} | {w.replace('|', '–')} | {', '.join(f'{x:.3g}' for x in d['values'])} | "
+                             f"{d['min']:.3g}–{d['max']:.3g} |")
+    parts += ["", "## Verdict", ""]
+    if v.get("winner") is None:
+        parts.append("No trained configuration was cross-validated.")
+    else:
+        beats = v["beats"]
+        both = bool(beats) and all(beats.values())
+        named = ", ".join(f"{b}: {'yes' if ok else 'no'}" for b, ok in beats.items())
+        parts.append(f"The trained configuration with the best CV rerank MAP is **{v['winner']}**. Beats each baseline "
+                     f"(95 % interval of Δ above 0 on rerank MAP and KB MAP@10): {named}.")
+        parts.append("It beats both, so it can stay the default." if both else
+                     f"**No trained configuration beats both BM25 and the zero-shot S channel in cross-validation**; "
+                     f"it should not be the default. The best baseline by CV rerank MAP is **{v.get('default')}**.")
+    parts += ["", "## Software", "", ", ".join(f"{k} {v}" for k, v in results.get("versions", {}).items()), ""]
+    return "\n".join(parts)
+
+
+def write_cv_report(results: dict, out: str | Path) -> dict[str, Path]:
+    """Write report.md and results.json of a cross-validation run into `out`; returns their paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "results.json", "md": out / "report.md"}
+    atomic_write_text(paths["json"], json.dumps(results, indent=2, default=float))
+    atomic_write_text(paths["md"], render_cv_markdown(results))
+    return paths

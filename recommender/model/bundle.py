@@ -97,6 +97,8 @@ class TicketModel:
         self.topic_vocab = topic_vocab
         self.meta = dict(meta or {})
         self.featurizer = Featurizer(config, vocab, chars, splitter)
+        #: where an adapted S encoder's files are (meta["sentence_encoder"] records their SHA-256), else None
+        self.sentence_encoder_dir: Path | None = None
         self._version: str | None = None
         self.net.eval()
         if "T" in config.active_channels and (topic_model is None or topic_vocab is None):
@@ -139,13 +141,26 @@ class TicketModel:
                 extras[f"{comp}.T"] = (np.asarray(self.topic_model.transform(docs), dtype=np.float32) if docs
                                        else np.zeros((0, self.siamese_config.topics), dtype=np.float32))
         if "S" in channels:
-            from .pretrained import get_encoder
-
-            encoder = get_encoder()
+            encoder = self.sentence_encoder()
             for comp in comps:
                 texts = [self._component_text(x, comp, side) for x in items]
                 extras[f"{comp}.S"] = encoder.encode(texts, progress=progress)
         return Prepared(tokens, extras)
+
+    def sentence_encoder(self):
+        """The S channel's encoder: the packaged all-MiniLM-L6-v2, or this model's copy of it adapted to its
+        knowledge base (`adaptation.py`: label-free training keeps one when it ranks better), verified."""
+        adapted = self.meta.get("sentence_encoder")
+        if adapted:
+            from .adaptation import load_adapted
+
+            if self.sentence_encoder_dir is None:
+                raise ModelError("this model's S channel is an adapted encoder, but its directory is unknown; "
+                                 "load the model with TicketModel.load")
+            return load_adapted(self.sentence_encoder_dir, adapted["files"])
+        from .pretrained import get_encoder
+
+        return get_encoder()
 
     def _component_text(self, item, comp: str, side: str) -> str:
         fields = {"SUB": item.subject, "DESC": item.description, "SOL": getattr(item, "solution", "") or ""}
@@ -260,6 +275,10 @@ class TicketModel:
             if self.topic_model is not None:
                 self.topic_vocab.save(tmp / "topic_vocab.json")
                 self.topic_model.save(tmp / "docnade")
+            if self.meta.get("sentence_encoder"):
+                from .adaptation import save_into
+
+                save_into(self.sentence_encoder_dir, tmp)
 
     @classmethod
     def load(cls, path: str | Path) -> "TicketModel":
@@ -306,6 +325,8 @@ class TicketModel:
             topic_model = _load_docnade(path / "docnade")
         meta = {k: v for k, v in config.items() if k not in ("format_version", "hyperparameters", "metric", "chars", "version")}
         model = cls(sconfig, vocab, chars, splitter, net, calibrator, topic_model, topic_vocab, meta)
+        if meta.get("sentence_encoder"):  # an adapted S encoder lives in the model directory (verified on first use)
+            model.sentence_encoder_dir = path / "sentence_encoder"
         if model.metric_spec() != metric:
             raise ModelError(f"the metric weights in {cfg_file} do not match {weights_file}; the artifact is "
                              "inconsistent, retrain the model")

@@ -35,7 +35,8 @@ MIN_HELD_OUT = 8
 
 @dataclass
 class MiningConfig:
-    """How pairs are mined (JSON-serialisable; stored with the model's training report)."""
+    """How pairs are mined, and whether they adapt the S encoder (JSON-serialisable; stored with the model's
+    training report)."""
 
     negatives: int = 4
     hard_share: float = 0.5
@@ -45,6 +46,11 @@ class MiningConfig:
     prefix_words: int = 30
     augmented: int = 1
     labelled_weight: int = 2
+    # the pretrained channel S adapted on the mined pairs (adaptation.py), kept only when it ranks the held-out
+    # slice better: at most `adapt_pairs` pairs (one per training ticket), `adapt_epochs` epochs
+    adapt_pretrained: bool = True
+    adapt_pairs: int = 2000
+    adapt_epochs: int = 1
 
     def __post_init__(self):
         if self.negatives < 1:
@@ -54,8 +60,10 @@ class MiningConfig:
             raise InputError(f"hard_share must be within [0, 1], not {self.hard_share}")
         if not 0.0 < self.held_out < 0.5:
             raise InputError(f"held_out must be within (0, 0.5), not {self.held_out}")
-        if self.prefix_words < 0 or self.augmented < 0 or self.labelled_weight < 1 or self.hard_pool < 1:
-            raise InputError("prefix_words and augmented must be ≥ 0, labelled_weight and hard_pool ≥ 1")
+        if self.prefix_words < 0 or self.augmented < 0 or self.labelled_weight < 1 or self.hard_pool < 1 \
+                or self.adapt_pairs < 2 or self.adapt_epochs < 1:
+            raise InputError("prefix_words and augmented must be ≥ 0, labelled_weight, hard_pool and adapt_epochs ≥ 1, "
+                             "adapt_pairs ≥ 2")
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "MiningConfig":

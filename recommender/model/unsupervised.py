@@ -35,7 +35,7 @@ from .augment import Augmenter, induce_synonyms
 from .bundle import Prepared, TicketModel, _package_versions
 from .calibration import Calibrator
 from .mining import MinedPairs, MiningConfig, mine_pairs, require_minable
-from .siamese import CHANNELS, ReplicatedSiameseLSTM, SiameseConfig
+from .siamese import ReplicatedSiameseLSTM, SiameseConfig
 from .training import (PairSet, PreparedPairs, _seed_everything, _unit_scale, _unsupervised_parts,
                        dataset_fingerprint, fit, lexical_features, pair_scores, query_text)
 from .vocab import EOS, UNK_ID
@@ -116,19 +116,29 @@ def rank_distances(model: TicketModel, queries: Prepared, views: Prepared) -> np
     return out
 
 
-def mrr_at_k(d: np.ndarray, truth: np.ndarray, k: int = MRR_K) -> float:
-    """MRR@k of column truth[i] in row i of distances d [Q, N] (smaller is better; ties count against it)."""
+def reciprocal_ranks(d: np.ndarray, truth: np.ndarray, k: int = MRR_K) -> np.ndarray:
+    """1/rank of column truth[i] in row i of distances d [Q, N] when within the top k, else 0 (smaller distance
+    is better; ties count against it)."""
     own = d[np.arange(len(truth)), truth]
     rank = (d <= own[:, None]).sum(1)  # the own view counts itself: rank ≥ 1
-    return float(np.mean(np.where(rank <= k, 1.0 / rank, 0.0)))
+    return np.where(rank <= k, 1.0 / rank, 0.0)
+
+
+def mrr_at_k(d: np.ndarray, truth: np.ndarray, k: int = MRR_K) -> float:
+    """MRR@k of column truth[i] in row i of distances d [Q, N]."""
+    return float(np.mean(reciprocal_ranks(d, truth, k)))
 
 
 def select_by_rank(dist: np.ndarray, lexical: np.ndarray | None, truth: np.ndarray, spec: dict, grid: dict,
-                   observable: Sequence[bool], progress: bool = False) -> tuple[dict, float]:
-    """The grid combination with the best held-out MRR@10 (ties: the first in grid order).
+                   observable: Sequence[bool], progress: bool = False) -> tuple[dict, float, dict]:
+    """The simplest grid combination whose held-out MRR@10 is within one standard error of the best one.
 
+    The one-standard-error rule (Breiman et al. 1984): combinations that a few hundred held-out queries cannot
+    tell apart are equally good, and the one with the fewest channels (BM25 counted as one) is the least likely
+    to carry noise to queries unlike the mined ones; ties go to the higher MRR, then to grid order.
     `dist` [P, C, Q, N] from `rank_distances`, `lexical` [Q, N] (or None without the BM25 channel), `spec` the
     current metric spec (`net.metric_spec()`); only the `observable` pairs are searched, the others keep `spec`.
+    Returns the chosen spec, its MRR@10 and {"best": the best MRR@10, "stderr": its standard error}.
     """
     pairs = [(a, b) for a, b, _ in spec["pairs"]]
     channels = list(spec["channels"])
@@ -139,7 +149,7 @@ def select_by_rank(dist: np.ndarray, lexical: np.ndarray | None, truth: np.ndarr
     bm25_axis = list(grid.get("bm25", [spec["bm25"]])) if use_bm25 else [0.0]
     lex = (1.0 - lexical) if use_bm25 else 0.0
     obs = np.asarray(observable, bool)
-    best, best_value = None, -np.inf
+    results: list[tuple[float, int, tuple, np.ndarray]] = []  # (MRR, channels used, combination, per-query RR)
 
     pair_combos = list(itertools.product(*pair_axes))
     channel_combos = [c for c in itertools.product(*channel_axes)]
@@ -152,13 +162,50 @@ def select_by_rank(dist: np.ndarray, lexical: np.ndarray | None, truth: np.ndarr
                 if not any(cw) and not wb:
                     continue
                 d = d_channels + wb * lex if wb else d_channels
-                value = mrr_at_k(d, truth)
-                if value > best_value + 1e-12:
-                    best_value, best = value, (pw, cw, wb)
-    pw, cw, wb = best
+                rr = reciprocal_ranks(d, truth)
+                results.append((float(rr.mean()), sum(1 for w in cw if w) + int(bool(wb)), (pw, cw, wb), rr))
+    top = max(range(len(results)), key=lambda i: (results[i][0], -i))
+    stderr = float(results[top][3].std(ddof=1) / np.sqrt(len(truth))) if len(truth) > 1 else 0.0
+    near = [i for i, r in enumerate(results) if r[0] >= results[top][0] - stderr]
+    chosen = min(near, key=lambda i: (results[i][1], -results[i][0], i))
+    best_value, _, (pw, cw, wb), _ = results[chosen]
     return ({"pairs": [[a, b, float(v)] for (a, b), v in zip(pairs, pw)],
              "channels": {c: float(v) for c, v in zip(channels, cw)}, "bm25": float(wb) if use_bm25 else spec["bm25"]},
-            float(best_value))
+            float(best_value), {"best": results[top][0], "stderr": stderr})
+
+
+def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPairs, views: Prepared,
+                       view_scorer: Bm25Scorer | None, observable: list[bool], seed: int,
+                       progress: bool) -> tuple[dict, list[bool]]:
+    """Rank the views (all, or `MAX_RANKED_VIEWS` of them with every held-out ticket's own) for each held-out
+    query, select the weights by rank (`select_by_rank`) and set them on `model`. Returns the selection report
+    and the pairs that were observable (a pair whose distance is the same for every view of a query, e.g. no
+    ticket has a SOLUTION, cannot change a ranking and is not)."""
+    net, truth = model.net, mined.held_out_truth
+    ranked = np.arange(len(mined.views))
+    if len(ranked) > MAX_RANKED_VIEWS:
+        rng = np.random.default_rng(seed + 2)
+        rest = np.setdiff1d(ranked, truth)
+        ranked = np.union1d(truth, rng.choice(rest, MAX_RANKED_VIEWS - len(np.unique(truth)), replace=False))
+    own = np.searchsorted(ranked, truth)
+    dist = rank_distances(model, held.queries, Prepared(*views.rows(ranked)))
+    lex = None
+    if view_scorer is not None:
+        lex = np.stack([view_scorer.lexical(query_text(q), ranked) for q in held.pairs.queries])
+    varies = [bool((dist[p].max(axis=2) - dist[p].min(axis=2) > 1e-6).any()) for p in range(len(dist))]
+    observable = [o and v for o, v in zip(observable, varies)]
+    trained = net.metric_spec()
+    chosen, value, best = select_by_rank(dist, lex, own, trained, model.siamese_config.grid, observable, progress)
+    alone = {}
+    for c in list(trained["channels"]) + (["bm25"] if lex is not None else []):
+        one = dict(chosen, channels={k: float(k == c) for k in chosen["channels"]}, bm25=float(c == "bm25"))
+        alone[c] = _spec_mrr(dist, lex, own, one, observable)
+    report = {"objective": f"held-out MRR@{MRR_K} of the own ticket among {len(ranked)} views", "value": value,
+              "best": best["best"], "stderr": best["stderr"], "before": _spec_mrr(dist, lex, own, trained, observable),
+              "alone": alone, "spec": chosen}
+    net.set_weights([v for *_, v in chosen["pairs"]], chosen["channels"], chosen["bm25"])
+    model.invalidate()
+    return report, observable
 
 
 def observable_pairs(config: SiameseConfig, mined: MinedPairs) -> list[bool]:
@@ -211,7 +258,55 @@ def calibration_pairs(mined: MinedPairs, kb: Sequence[Ticket], augmenter: Augmen
                 q.append(qi)
                 t.append(r)
                 y.append(label)
-    return PairSet(queries, list(kb), np.array(q, np.int64), np.array(t, np.int64), np.array(y, np.float64))
+    used = sorted(set(t))  # only the tickets the pairs name (preparing a ticket runs the S and T encoders)
+    at = {r: i for i, r in enumerate(used)}
+    return PairSet(queries, [kb[r] for r in used], np.array(q, np.int64), np.array([at[r] for r in t], np.int64),
+                   np.array(y, np.float64))
+
+
+def _view_text(view: Ticket) -> str:
+    return "\n".join(part for part in (view.description, view.solution) if part)
+
+
+def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: MiningConfig, seed: int,
+                           progress: bool) -> dict:
+    """Fine-tune S on the training tickets' (query, own view) pairs (`adaptation.adapt`); keep it in `model` (meta
+    "sentence_encoder" and `sentence_encoder_dir`) only when its held-out MRR@10 (query text against every view's
+    text, cosine) beats the packaged encoder's. Returns both figures and the decision."""
+    from .adaptation import adapt, load_adapted
+    from .pretrained import get_encoder
+
+    rng = np.random.default_rng(seed + 3)
+    clean_queries = {}
+    for qi, ti, y in zip(mined.train_q, mined.train_t, mined.train_y):
+        query = mined.train_queries[int(qi)]
+        if y == YES and ":aug" not in (query.id or ""):
+            clean_queries.setdefault(int(ti), query)
+    rows = sorted(clean_queries)
+    if len(rows) > mining.adapt_pairs:
+        rows = sorted(rng.choice(rows, mining.adapt_pairs, replace=False).tolist())
+    anchors = [query_text(clean_queries[r]) for r in rows]
+    positives = [_view_text(mined.views[r]) for r in rows]
+    directory, files = adapt(anchors, positives, seed=seed, epochs=mining.adapt_epochs, progress=progress)
+
+    truth = mined.held_out_truth
+    ranked = np.arange(len(mined.views))
+    if len(ranked) > MAX_RANKED_VIEWS:
+        rest = np.setdiff1d(ranked, truth)
+        ranked = np.union1d(truth, rng.choice(rest, MAX_RANKED_VIEWS - len(np.unique(truth)), replace=False))
+    own = np.searchsorted(ranked, truth)
+    texts = [_view_text(mined.views[int(r)]) for r in ranked]
+    queries = [query_text(q) for q in mined.held_out_queries]
+    figures = {}
+    for name, encoder in (("base", get_encoder()), ("adapted", load_adapted(directory, files))):
+        sim = encoder.encode(queries) @ encoder.encode(texts, progress=progress).T
+        figures[name] = mrr_at_k(-sim, own)
+    kept = figures["adapted"] > figures["base"]
+    if kept:
+        model.meta["sentence_encoder"] = {"base": "all-MiniLM-L6-v2", "loss": "MultipleNegativesRankingLoss",
+                                          "pairs": len(anchors), "epochs": mining.adapt_epochs, "files": files}
+        model.sentence_encoder_dir = directory
+    return {**figures, "kept": kept, "pairs": len(anchors)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -267,6 +362,12 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
          + (f"; plus {len(labelled_pairs):,} labelled pairs ×{mining.labelled_weight}" if labelled_pairs else ""))
 
     observable = observable_pairs(config, mined)
+    adapted = None
+    if "S" in config.active_channels and mining.adapt_pretrained:
+        with stages("adapting the sentence encoder S to the knowledge base"):
+            adapted = adapt_sentence_encoder(model, mined, mining, seed, progress)
+        echo(f"sentence encoder S: held-out MRR@{MRR_K} {adapted['base']:.3f} packaged, {adapted['adapted']:.3f} "
+             f"adapted on {adapted['pairs']:,} mined pairs: {'kept' if adapted['kept'] else 'not kept'}")
     with stages("preparing texts (tokens, topics, sentence vectors)"):
         views = list(mined.views)
         train_pairs = PairSet(mined.train_queries, views, mined.train_q, mined.train_t, mined.train_y)
@@ -297,38 +398,14 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         net = model.net
 
     selection = None
-    truth = mined.held_out_truth
     if config.weights == "grid":
         with stages("selecting channel and pair weights on the held-out slice"):
-            ranked = np.arange(len(views))
-            if len(views) > MAX_RANKED_VIEWS:  # a sample of the views, every held-out ticket's own among them
-                rng = np.random.default_rng(seed + 2)
-                rest = np.setdiff1d(ranked, truth)
-                ranked = np.union1d(truth, rng.choice(rest, MAX_RANKED_VIEWS - len(np.unique(truth)), replace=False))
-            position = {int(r): i for i, r in enumerate(ranked)}
-            ranked_views = tickets_prepared.rows(ranked)
-            dist = rank_distances(model, held_data.queries, Prepared(*ranked_views))
-            # the held-out queries' rows: their clean query is the one whose truth is known
-            lex = None
-            if use_lexical:
-                lex = np.stack([view_scorer.lexical(query_text(q), ranked) for q in held_pairs.queries])
-            own = np.array([position[int(r)] for r in truth])
-            trained_spec = net.metric_spec()
-            # a pair whose distance is the same for every view of a query (e.g. no ticket has a SOLUTION) cannot
-            # change a ranking: it keeps its weight
-            varies = [bool((dist[p].max(axis=2) - dist[p].min(axis=2) > 1e-6).any()) for p in range(len(dist))]
-            observable = [o and v for o, v in zip(observable, varies)]
-            chosen, value = select_by_rank(dist, lex, own, trained_spec, config.grid, observable, progress)
-            before = _spec_mrr(dist, lex, own, trained_spec, observable)
-            alone = {}
-            for c in list(trained_spec["channels"]) + (["bm25"] if lex is not None else []):
-                one = dict(chosen, channels={k: float(k == c) for k in chosen["channels"]}, bm25=float(c == "bm25"))
-                alone[c] = _spec_mrr(dist, lex, own, one, observable)
-            net.set_weights([v for *_, v in chosen["pairs"]], chosen["channels"], chosen["bm25"])
-            selection = {"objective": f"held-out MRR@{MRR_K} of the own ticket among {len(ranked)} views",
-                         "value": value, "before": before, "alone": alone, "spec": chosen}
-        echo(f"held-out MRR@{MRR_K}: {before:.3f} with the configured weights, {value:.3f} with the selected ones; "
-             "each channel alone: " + ", ".join(f"{c} {v:.3f}" for c, v in alone.items()))
+            selection, observable = select_on_held_out(model, mined, held_data, tickets_prepared,
+                                                       view_scorer if use_lexical else None, observable, seed, progress)
+        echo(f"held-out MRR@{MRR_K}: {selection['before']:.3f} with the configured weights, {selection['value']:.3f} "
+             f"with the selected ones (the simplest within one standard error, {selection['stderr']:.3f}, of the best "
+             f"grid point, {selection['best']:.3f}); each channel alone: "
+             + ", ".join(f"{c} {v:.3f}" for c, v in selection["alone"].items()))
     net.set_weights(_restored_pairs(net.metric_spec(), configured_pairs, observable), net.metric_spec()["channels"],
                     net.metric_spec()["bm25"])
     model.invalidate()
@@ -356,7 +433,7 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         "mode": "label-free", "mining": mined.stats, "oov": oov, "history": history, "weight_selection": selection,
         "observable_pairs": [f"{a}|{b}" for (a, b, _), o in zip(config.metric_pairs, observable) if o],
         "labelled_pairs": len(labelled_pairs) if labelled_pairs is not None else 0,
-        "calibration_pairs": int(len(y)), "stage_seconds": stages.seconds,
+        "calibration_pairs": int(len(y)), "stage_seconds": stages.seconds, "sentence_encoder": adapted,
         "wall_seconds": round(time.time() - started, 1)}
     model.invalidate()
     if out_dir is not None:

@@ -247,15 +247,16 @@ class Recommender:
         best = [item for item in best if item[0] in tickets]  # deleted since the index was built
         raw = np.array([g for _, g, _ in best], dtype=np.float64)
         calibrated = model.calibrate(raw) if len(raw) else raw
+        shares = result_channel_shares(index, query_vecs, best, rows, bm25)
         out = []
         words = query_words(query)
-        for rank, ((tid, g, bm), score) in enumerate(zip(best, calibrated), start=1):
+        for rank, ((tid, g, bm), score, share) in enumerate(zip(best, calibrated, shares), start=1):
             ticket = tickets[tid]
             out.append(Recommendation(
                 ticket=ticket, rank=rank, raw_score=float(g), score=float(score),
                 shared_terms=shared_terms(words, ticket),
                 topics=model.top_topics(index.vectors, index.row_of[tid], n=3),
-                bm25=None if bm is None else float(bm),
+                bm25=None if bm is None else float(bm), channel_shares=share,
             ))
         timings["tickets"] = time.perf_counter() - t3
         timings["total"] = time.perf_counter() - t0
@@ -309,6 +310,41 @@ class Recommender:
                     log.warning("answering in-process: %s (the workers are retried in %.0fs)", reason,
                                 self.settings.broker_retry_after)
         return score_in_process(index, query_vecs, k, rows, bm25), "in-process", reason
+
+
+#: Candidates (at most) whose per-channel distances stand for "the typical candidate" of a query.
+REFERENCE_SAMPLE = 256
+
+
+def result_channel_shares(index, query_vecs, best: Sequence[tuple[str, float, float | None]], rows=None,
+                          bm25=None) -> list[dict[str, float]]:
+    """Each result's channel shares (`scoring.channel_shares`) against an evenly spaced sample of at most
+    REFERENCE_SAMPLE of the query's scored candidates (`rows`, or every index row when None; `bm25` as given to the
+    scorer). One pass over the results and the sample, whichever path (in-process, Celery) scored them."""
+    from .scoring import channel_distances, channel_shares
+
+    if not best:
+        return []
+    spec = index.metric_spec
+    n = len(index) if rows is None else len(rows)
+    positions = (np.arange(n, dtype=np.int64) if n <= REFERENCE_SAMPLE
+                 else np.unique(np.linspace(0, n - 1, REFERENCE_SAMPLE).round().astype(np.int64)))
+    reference_rows = positions if rows is None else np.asarray(rows, dtype=np.int64)[positions]
+    result_rows = np.array([index.row_of[tid] for tid, _, _ in best], dtype=np.int64)
+    all_bm25 = bm25_max = None
+    if bm25 is not None:
+        bm25 = np.asarray(bm25, dtype=np.float32)
+        bm25_max = float(bm25.max(initial=0.0))  # the normalisation the ranking used
+        if rows is None:  # one score per index row
+            result_bm25 = bm25[result_rows]
+        else:  # the scorer returned each result's own BM25
+            result_bm25 = np.array([0.0 if bm is None else bm for _, _, bm in best], dtype=np.float32)
+        all_bm25 = np.concatenate([result_bm25, bm25[positions]])
+    d = channel_distances(spec, query_vecs, index.vectors, np.concatenate([result_rows, reference_rows]), all_bm25,
+                          bm25_max=bm25_max)
+    k = len(best)
+    shares = channel_shares({c: v[:k] for c, v in d.items()}, {c: v[k:] for c, v in d.items()})
+    return shares or [{} for _ in best]
 
 
 def score_in_process(index, query_vecs, k: int, rows=None, bm25=None) -> list[tuple[str, float, float | None]]:

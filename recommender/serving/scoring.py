@@ -266,3 +266,61 @@ def rank(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np.ndar
     g = score_candidates(spec, query_vecs, view, bm25=bm25, bm25_max=bm25_max, use_numba=use_numba)
     best = top_k(g, k)
     return best.astype(np.int64) + start, g[best], None if bm25 is None else bm25[best]
+
+
+def channel_distances(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np.ndarray], rows,
+                      bm25=None, *, bm25_max: float | None = None,
+                      use_numba: bool | None = None) -> dict[str, np.ndarray]:
+    """Each channel's weighted part of d(q, t) for the ticket rows `rows`: channel → float32 [len(rows)].
+
+    Channels are the spec's ("h", "E", "T", "S": Σ_(a,b,V) V·W_c·‖q[a.c] − t[b.c]‖₁) and "bm25" (W_bm25·(1 − lexical),
+    present only when the lexical term is, i.e. W_bm25 > 0 and `bm25` given, as in `distances`); a channel whose
+    weight is 0 is left out. The same kernels as `distances`, one channel at a time, so the channels sum to
+    `distances(...)` for the same arguments (up to float32 rounding).
+    """
+    plan = metric_plan(spec, query_vecs, ticket_vecs.keys())
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    n_total = (ticket_vecs.matrix if isinstance(ticket_vecs, PackedVectors) else next(iter(ticket_vecs.values()))).shape[0]
+    if rows.size and (rows.min() < 0 or rows.max() >= n_total):
+        raise IndexError(f"rows must lie in [0, {n_total}); got {rows.min()}..{rows.max()}")
+    by_channel: dict[str, dict] = {}
+    for key, (queries, weights) in plan.items():
+        if ticket_vecs[key].shape[1] != queries.shape[1]:
+            raise ValueError(f"{key!r}: ticket vectors are {ticket_vecs[key].shape[1]}-d, "
+                             f"query vectors {queries.shape[1]}-d")
+        by_channel.setdefault(key.split(".", 1)[1], {})[key] = (queries, weights)
+    fast = isinstance(ticket_vecs, PackedVectors) and (HAVE_NUMBA if use_numba is None else (use_numba and HAVE_NUMBA))
+    m = rows.shape[0]
+    out: dict[str, np.ndarray] = {}
+    for channel, sub_plan in by_channel.items():
+        acc = out[channel] = np.zeros(m, np.float32)
+        if fast:
+            _distances_packed(ticket_vecs, sub_plan, rows, acc)
+        else:
+            for key, (queries, weights) in sub_plan.items():
+                _distances_numpy(ticket_vecs[key], rows, queries, weights, acc)
+    w_bm25 = float(spec.get("bm25", 0.0) or 0.0)
+    if w_bm25 and bm25 is not None:
+        out["bm25"] = (w_bm25 * bm25_penalty(bm25, m, bm25_max)).astype(np.float32)
+    return out
+
+
+def channel_shares(result: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> list[dict[str, float]]:
+    """Why each result was chosen, as each channel's share of what sets it apart from the typical candidate.
+
+    `result` / `reference`: `channel_distances` of the results and of a sample of the query's scored candidates.
+    gain_c = median of the reference's d_c − the result's d_c (how much closer the result is than the typical
+    candidate in channel c; d is a sum over channels, so the gains add up to the result's lead in −log g over a
+    candidate that is typical in every channel). Share_c = max(gain_c, 0) / Σ max(gain, 0); every share is 0 when
+    the result is no closer than typical in any channel. One dict (channel → share) per result row (none when
+    `result` has no channel).
+    """
+    names = list(result)
+    if not names:
+        return []
+    d = np.stack([np.asarray(result[c], np.float64) for c in names], axis=1)  # [k, C]
+    typical = np.array([float(np.median(reference[c])) if len(reference[c]) else 0.0 for c in names])
+    gain = np.maximum(typical[None, :] - d, 0.0)
+    total = gain.sum(axis=1, keepdims=True)
+    shares = np.divide(gain, total, out=np.zeros_like(gain), where=total > 0)
+    return [{c: float(s) for c, s in zip(names, row)} for row in shares]

@@ -1,0 +1,105 @@
+"""Feedback that measurably helps? Simulated engineers on real duplicate links.
+
+Half of the duplicate pairs (seeded) become engineers' feedback: each ticket of a pair, asked as a query, gets
+YES on its partner (and, with --no N, NO on the N best-ranked tickets that are not its partner, as an engineer
+who reads the list would give). `ticketrec train --with-feedback` then fine-tunes the model, and both models are
+evaluated on the OTHER half of the pairs with the knowledge-base protocol (`ticketrec evaluate --duplicates`).
+
+    .venv/bin/python benchmarks/feedback_seamonkey.py --model M \
+        [--kb ../shared/data/seamonkey/SeaMonkey_bugs.csv --links ../shared/data/seamonkey/SeaMonkey_bugs-combined.csv]
+        [--no 3] [--seed 0]
+
+M is a model trained on the same knowledge base (e.g. `ticketrec train` label-free after importing it).
+Prints a markdown table (before / after, 95 % bootstrap intervals) and the commands it ran.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SEAMONKEY = ROOT.parent / "shared" / "data" / "seamonkey"
+MAPPING = {"id": "Issue id", "subject": "Summary", "description": "Description"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="the model before feedback (a model directory)")
+    ap.add_argument("--kb", default=str(SEAMONKEY / "SeaMonkey_bugs.csv"))
+    ap.add_argument("--links", default=str(SEAMONKEY / "SeaMonkey_bugs-combined.csv"))
+    ap.add_argument("--no", type=int, default=0, help="NO feedback on the N best non-partner results of each query")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--epochs", type=int, default=None)
+    args = ap.parse_args()
+
+    from recommender.config import Settings
+    from recommender.data.importers import load, load_links
+    from recommender.data.store import Feedback, Store
+    from recommender.evaluation.duplicates import EngineRanker, evaluate_duplicates, query_of
+    from recommender.model.bundle import TicketModel
+
+    if not Path(args.kb).exists():
+        sys.exit(f"no knowledge base at {args.kb}: pass --kb (and --links)")
+    tickets = load(args.kb, mapping=MAPPING, progress=False).tickets
+    links = load_links(args.links, known_ids=[t.id for t in tickets])
+    by_id = {t.id: t for t in tickets}
+    order = sorted(links)
+    random.Random(args.seed).shuffle(order)
+    half = len(order) // 2
+    given, held_out = order[:half], order[half:]
+
+    tmp = Path(tempfile.mkdtemp(prefix="ticketrec-feedback-"))
+    env = dict(os.environ, TICKETREC_HOME=str(tmp / "home"), TICKETREC_MODEL=str(tmp / "unused"),
+               TICKETREC_BROKER_URL="", OMP_NUM_THREADS="1")
+    env.pop("TICKETREC_DB", None)
+    ticketrec = str(Path(sys.executable).parent / "ticketrec")
+    maps = [a for f, c in MAPPING.items() for a in ("--map", f"{f}={c}")]
+    commands = []
+
+    def run(*cmd: str) -> None:
+        commands.append(" ".join(cmd))
+        subprocess.run([ticketrec, *cmd], env=env, check=True, stdout=subprocess.DEVNULL)
+
+    run("import", args.kb, *maps, "--quiet")
+    before = TicketModel.load(args.model)
+    settings = Settings.from_env(env)
+    n_yes = n_no = 0
+    with Store(settings.db) as store, EngineRanker(before, tickets, settings, progress=False) as ranker:
+        for a, b in given:
+            for query_id, partner in ((a, b), (b, a)):
+                q = query_of(by_id[query_id])
+                store.add_feedback(Feedback(q.subject, q.description, partner, "YES", before.version))
+                n_yes += 1
+                if args.no:
+                    wrong = [t for t in ranker(by_id[query_id], args.no + 2) if t not in (query_id, partner)]
+                    for tid in wrong[:args.no]:
+                        store.add_feedback(Feedback(q.subject, q.description, tid, "NO", before.version))
+                        n_no += 1
+    after_dir = tmp / "after"
+    run("train", "--with-feedback", "--base", args.model, "--out", str(after_dir),
+        *(["--epochs", str(args.epochs)] if args.epochs else []))
+    after = TicketModel.load(after_dir)
+
+    with EngineRanker(before, tickets, settings, progress=False) as r0, \
+            EngineRanker(after, tickets, settings, progress=False) as r1:
+        rows = evaluate_duplicates(tickets, held_out, {"before feedback": r0, "after feedback": r1},
+                                   seed=args.seed, progress=False)
+    print(f"# Feedback on {len(given)} of {len(links)} duplicate pairs ({n_yes} YES, {n_no} NO judgements); "
+          f"evaluated on the other {len(held_out)} pairs ({2 * len(held_out)} queries)\n")
+    print("| model | MRR@10 | Acc@1 | Acc@5 | Acc@10 |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['system']} | {row['MRR@10']:.3f} [{row['MRR@10_low']:.3f}, {row['MRR@10_high']:.3f}] | "
+              f"{row['Acc@1']:.3f} | {row['Acc@5']:.3f} | {row['Acc@10']:.3f} |")
+    print("\ncommand: .venv/bin/python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
+    print("ran: " + " ; ".join(f"ticketrec {c}" for c in commands))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,425 @@
+"""Cross-validated weight selection: figures measured on queries that nobody tuned on.
+
+`ticketrec evaluate --train A --dev B --cv K` pools A and B, splits the labelled queries into K seeded folds
+(`query_folds`) and, for each fold, trains and selects on the other folds and measures on the held-out one:
+
+- the other folds are split again by query (`training.split_queries`, a 1/(K−1) share): the network trains on the
+  rest with early stopping on that share, and the channel/pair/BM25 weights are then selected on it;
+- **selection rule** (`select_simplest`): every combination of the config's weight grid is scored by rerank MAP on
+  the selection queries; among the combinations whose MAP is within one standard error of the best (the standard
+  error of the best combination's mean AP over the selection queries; or within a fixed `margin` of MAP points),
+  the simplest wins: fewest non-zero channels (BM25 counts as a channel), then the channel weights closest to
+  uniform (least squared distance of the normalised non-zero weights from 1/m), then the pair weights closest to
+  uniform, then the higher MAP. `select="argmax"` is the plain best-MAP rule of the single dev split, for comparison;
+- the held-out fold is its own knowledge base (its queries, their labelled tickets): both protocols run there as
+  on a dev split, the KB one with a smaller knowledge base than the whole dev file.
+
+Every query is measured exactly once, by the model of the fold that held it out; the headline figures are means
+over all queries, with the fold-to-fold spread, and paired-bootstrap 95 % intervals (queries resampled) of the
+difference against BM25 and against the zero-shot S channel.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import replace as _dc_replace
+import datetime as _dt
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from ..data.store import Dataset
+from ..errors import InputError
+from . import metrics as M
+from . import protocols as P
+from .experiments import BM25System, ModelSystem, Split, _evaluate_system, _export_word_vectors, _versions, fingerprint, slug
+
+#: The headline figures of a CV report: (key in the row metrics, key of metrics.per_query_values, protocol).
+HEADLINE = [("official_map", "official_map", "rerank"), ("official_mrr", "official_mrr", "rerank"),
+            ("official_p@1", "official_p@1", "rerank"), ("kb_map@10", "map@10", "kb"), ("kb_acc@10", "acc@10", "kb")]
+BM25_NAME = "BM25"
+ZERO_SHOT_NAME = "S zero-shot (MiniLM)"
+
+
+@dataclass
+class CvConfig:
+    """One configuration of the CV comparison: BM25, a model preset, or a trained preset with a selection rule."""
+
+    name: str
+    description: str
+    kind: str = "model"  # "bm25" | "model"
+    preset: str = ""
+    overrides: dict = field(default_factory=dict)
+    select: str = ""  # "" (the preset's own weights) | "simplest" | "argmax"
+    trained: bool = False  # a baseline is not; the verdict is about trained configurations
+    shares_model_with: str = ""  # reuse the model of this config in the same fold (another selection rule)
+
+
+def default_configs() -> list[CvConfig]:
+    """BM25, the zero-shot S channel, and the product configuration (h/E/T/S + BM25, wide grid) with the
+    simplicity-prior rule and with the plain argmax rule (the same trained model per fold)."""
+    return [
+        CvConfig(BM25_NAME, "BM25 over SUB+DESC+SOL (the pre-filter alone)", kind="bm25"),
+        CvConfig(ZERO_SHOT_NAME, "pretrained all-MiniLM-L6-v2 on SUB+DESC, Manhattan metric, no training",
+                 preset="e_merged", overrides={"channels": {"S": 1.0}, "merged_query": ["SUB", "DESC"],
+                                               "merged_ticket": ["SUB", "DESC"]}),
+        CvConfig("h/E/T/S + BM25, simplest within 1 SE", "product config, wide grid, simplicity-prior selection",
+                 preset="default_s", select="simplest", trained=True),
+        CvConfig("h/E/T/S + BM25, argmax", "product config, wide grid, best-MAP selection (as the dev grid does)",
+                 preset="default_s", select="argmax", trained=True, shares_model_with="h/E/T/S + BM25, simplest within 1 SE"),
+    ]
+
+
+# -- data ------------------------------------------------------------------------------------------------------------
+def pool_datasets(named: Sequence[tuple[str, Dataset]]) -> Dataset:
+    """One data set of all tickets, queries and pairs; when ids collide across the inputs, every id is prefixed
+    with its input's name ("train:123") so nothing is silently merged."""
+    seen_t: set[str] = set()
+    seen_q: set[str] = set()
+    clash = False
+    for _, d in named:
+        ts, qs = {t.id for t in d.tickets}, {q.id for q in d.queries}
+        clash = clash or bool(ts & seen_t) or bool(qs & seen_q)
+        seen_t |= ts
+        seen_q |= qs
+    out = Dataset(source=" + ".join(d.source or name for name, d in named))
+    for name, d in named:
+        pre = f"{name}:" if clash else ""
+        out.tickets += [_dc_replace(t, id=pre + t.id) for t in d.tickets] if pre else list(d.tickets)
+        out.queries += [_dc_replace(q, id=pre + q.id) for q in d.queries] if pre else list(d.queries)
+        out.pairs += [_dc_replace(p, query_id=pre + p.query_id, ticket_id=pre + p.ticket_id) for p in d.pairs] if pre \
+            else list(d.pairs)
+    return out
+
+
+def query_folds(query_ids: Sequence[str], k: int, seed: int = 0) -> list[list[str]]:
+    """K disjoint folds of the distinct query ids, covering them all (seeded permutation, sizes differ by ≤ 1)."""
+    ids = sorted(set(query_ids))
+    if k < 2:
+        raise InputError("--cv needs at least 2 folds")
+    if k > len(ids):
+        raise InputError(f"--cv {k} asks for more folds than the {len(ids)} labelled queries; use --cv {len(ids)} or fewer")
+    order = np.random.default_rng(seed).permutation(len(ids))
+    return [sorted(ids[i] for i in part) for part in np.array_split(order, k)]
+
+
+def subset(data: Dataset, query_ids: Sequence[str], name: str) -> Dataset:
+    """The given queries, their labelled pairs and the tickets those pairs name (a fold's own knowledge base)."""
+    keep = set(query_ids)
+    pairs = [p for p in data.pairs if p.query_id in keep]
+    tickets = {p.ticket_id for p in pairs}
+    return Dataset([t for t in data.tickets if t.id in tickets], [q for q in data.queries if q.id in keep], pairs,
+                   f"{data.source} ({name})")
+
+
+def _memory_split(name: str, data: Dataset) -> Split:
+    from ..lexical.searchers import MemorySearcher
+
+    return Split(name, Path(name), data, None, MemorySearcher(data.tickets))
+
+
+# -- the selection rule ----------------------------------------------------------------------------------------------
+def _uniformity(values: Sequence[float]) -> float:
+    v = np.asarray([x for x in values if x > 0], dtype=np.float64)
+    if v.size == 0:
+        return 0.0
+    v = v / v.sum()
+    return float(((v - 1.0 / v.size) ** 2).sum())
+
+
+def simplicity(weights: dict[str, float], channels: Sequence[str], pair_keys: Sequence[str]) -> tuple[int, float, float]:
+    """(non-zero channels, distance of the channel weights from uniform, distance of the pair weights from uniform):
+    smaller is simpler. `channels` may include "bm25"."""
+    ch = [float(weights[c]) for c in channels]
+    return sum(1 for x in ch if x > 0), _uniformity(ch), _uniformity([float(weights[k]) for k in pair_keys])
+
+
+def select_simplest(combos: Sequence[dict[str, float]], per_query: np.ndarray, channels: Sequence[str],
+                    pair_keys: Sequence[str], margin: float | None = None) -> tuple[int, dict]:
+    """Index of the chosen combination and how: among the combinations whose mean (over the selection queries, rows
+    of `per_query` [combos, queries]) is within one standard error of the best — or within `margin` when given —
+    the simplest (`simplicity`), then the higher mean, then the first."""
+    per_query = np.asarray(per_query, dtype=np.float64)
+    if per_query.ndim != 2 or per_query.shape[0] != len(combos) or per_query.shape[0] == 0:
+        raise InputError("select_simplest needs one row of per-query values for each of at least one combination")
+    means = per_query.mean(axis=1)
+    best = int(np.argmax(means))
+    n = per_query.shape[1]
+    se = float(per_query[best].std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+    tol = se if margin is None else float(margin)
+    eligible = np.flatnonzero(means >= means[best] - tol - 1e-12)
+    pick = min(eligible, key=lambda i: (simplicity(combos[i], channels, pair_keys), -means[i], i))
+    return int(pick), {"best": float(means[best]), "chosen": float(means[pick]), "tolerance": tol,
+                       "standard_error": se, "eligible": int(eligible.size), "combinations": len(combos)}
+
+
+def _per_query_ap(scores: np.ndarray, groups: np.ndarray, labels: np.ndarray, relevant_min: float) -> np.ndarray:
+    """[combos, queries] AP×100 (divided by all relevant R; a query without any counts 0) of score rows [combos, N]."""
+    keys, inverse = np.unique(groups, return_inverse=True)
+    width = int(np.bincount(inverse).max())
+    table = np.full((len(keys), width), -1, dtype=np.int64)
+    fill = np.zeros(len(keys), dtype=np.int64)
+    for i, g in enumerate(inverse):
+        table[g, fill[g]] = i
+        fill[g] += 1
+    valid = table >= 0
+    relevant = np.where(valid, labels[table] >= relevant_min, False)
+    n_rel = relevant.sum(1)
+    s = np.where(valid[None], scores[:, table], -np.inf)  # [C, Q, W]
+    order = np.argsort(-s, axis=2, kind="stable")
+    rel = np.take_along_axis(np.broadcast_to(relevant, s.shape), order, axis=2)
+    precision = np.cumsum(rel, axis=2) / np.arange(1, width + 1)
+    ap = (precision * rel).sum(2) / np.maximum(n_rel, 1)
+    return 100.0 * np.where(n_rel > 0, ap, 0.0)
+
+
+def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: float | None = None) -> dict:
+    """Choose the weights of `model` (in place) on the selection queries from the config's grid, by `rule`
+    ("simplest" or "argmax"); returns the chosen spec and how it was chosen. The calibrator is refitted on the
+    selection pairs with the chosen weights."""
+    from ..lexical.bm25 import Bm25Scorer
+    from ..model.calibration import Calibrator
+    from ..model.training import PairSet, PreparedPairs, _pair_distances, lexical_features
+
+    config, net = model.siamese_config, model.net
+    pairs = PairSet.from_dataset(selection, "selection")
+    use_bm25 = bool(config.bm25 > 0 and net.use_bm25)
+    ratio = lexical_features(pairs, Bm25Scorer(kb.tickets)) if use_bm25 else None
+    prepared = PreparedPairs.of(model, pairs, ratio)
+    dist = _pair_distances(model, prepared.queries, prepared.tickets, pairs)  # [N, P, C]
+    channels = list(net.channel_names)
+    pair_keys = [f"{a}|{b}" for a, b, *_ in config.metric_pairs]
+    current = net.metric_spec()
+    axes = [(c, list(config.grid.get(c, [current["channels"][c]]))) for c in channels]
+    axes += [(k, list(config.grid.get(k, [v]))) for k, (_, _, v) in zip(pair_keys, current["pairs"])]
+    if use_bm25:
+        axes.append(("bm25", list(config.grid.get("bm25", [current["bm25"]]))))
+    names = [a for a, _ in axes]
+    combos = [dict(zip(names, c)) for c in itertools.product(*[v for _, v in axes])]
+    combos = [w for w in combos if any(w[c] > 0 for c in channels) and any(w[k] > 0 for k in pair_keys)]
+    cw = np.array([[w[c] for c in channels] for w in combos])
+    pw = np.array([[w[k] for k in pair_keys] for w in combos])
+    d = np.einsum("npc,kp,kc->kn", dist, pw, cw)
+    if use_bm25:
+        d = d + np.array([w["bm25"] for w in combos])[:, None] * (1.0 - ratio)[None, :]
+    per_query = _per_query_ap(np.exp(-d), pairs.q, pairs.y, config.relevant_min)
+    all_channels = channels + (["bm25"] if use_bm25 else [])
+    if rule == "simplest":
+        pick, how = select_simplest(combos, per_query, all_channels, pair_keys, margin)
+    elif rule == "argmax":
+        means = per_query.mean(axis=1)
+        pick = int(np.argmax(means))
+        how = {"best": float(means[pick]), "chosen": float(means[pick]), "combinations": len(combos)}
+    else:
+        raise InputError(f"unknown selection rule {rule!r}; use simplest or argmax")
+    w = combos[pick]
+    net.set_weights([w[k] for k in pair_keys], {c: w[c] for c in channels}, w.get("bm25"))
+    model.invalidate()
+    from ..model.training import pair_scores
+
+    model.calibrator = Calibrator.fit(pair_scores(model, prepared), pairs.y)
+    model.invalidate()
+    weights = {c: float(w[c]) for c in all_channels} | {k: float(w[k]) for k in pair_keys}
+    return {"weights": weights, "rule": rule, **how}
+
+
+# -- one fold --------------------------------------------------------------------------------------------------------
+@dataclass
+class FoldSpec:
+    """What a fold needs (picklable: sent to worker processes)."""
+
+    fold: int
+    k: int
+    held_out: list[str]
+    seed: int
+    candidates: int
+    out: str
+    overrides: dict
+    margin: float | None
+    configs: list[CvConfig]
+
+
+def run_fold(pooled: Dataset, spec: FoldSpec) -> dict:
+    """Train/select every config on the other folds and measure it on fold `spec.fold`: metrics, per-query values,
+    selected weights; the predictions go to out/predictions/foldN/."""
+    import torch
+
+    from ..model.calibration import Calibrator
+    from ..model.siamese import SiameseConfig
+    from ..model.training import split_queries, train_model
+
+    torch.set_num_threads(1)
+    others = sorted({q for p in pooled.pairs for q in [p.query_id]} - set(spec.held_out))
+    train_all = subset(pooled, others, f"fold {spec.fold} training")
+    fit_data, sel_data = split_queries(train_all, 1.0 / (spec.k - 1), spec.seed + spec.fold)
+    test = _memory_split(f"fold{spec.fold}", subset(pooled, spec.held_out, f"fold {spec.fold}"))
+    train_split = _memory_split("train", train_all)
+    out = Path(spec.out)
+    cache = out / "cache" / f"fold{spec.fold}-word2vec.txt"
+    models: dict[str, Any] = {}
+    rows: dict[str, dict] = {}
+    for cfg in spec.configs:
+        selection = None
+        if cfg.kind == "bm25":
+            fit = P.rerank(train_all, BM25System(train_split).score, progress=False)
+            cal = Calibrator.fit(np.array([p.raw_score for p in fit.predictions]), np.array([p.label for p in fit.predictions]))
+            system = BM25System(test, cal)
+        else:
+            if cfg.shares_model_with and cfg.shares_model_with in models:
+                model = copy.deepcopy(models[cfg.shares_model_with])
+            else:
+                config = SiameseConfig.preset(cfg.preset, **{**cfg.overrides, **spec.overrides,
+                                                             **({"weights": "fixed"} if cfg.select else {})})
+                kwargs = {"word_vectors": cache} if cache.exists() else {}
+                model = train_model(fit_data, sel_data, config, out / "models" / f"fold{spec.fold}-{slug(cfg.name)}",
+                                    seed=spec.seed, progress=False, **kwargs)
+                if not cache.exists() and not config.fine_tune_words:
+                    _export_word_vectors(model, cache)
+                models[cfg.name] = copy.deepcopy(model)
+            if cfg.select:
+                selection = select_weights(model, sel_data, train_all, cfg.select, spec.margin)
+            system = ModelSystem(model, test, spec.candidates)
+        metrics, rr, kb = _evaluate_system(system, test, 10, False)
+        rr.write(out / "predictions" / f"fold{spec.fold}", slug(cfg.name))
+        kb.write(out / "predictions" / f"fold{spec.fold}", slug(cfg.name))
+        per_query = {"rerank": M.per_query_values(rr.run(), rr.qrels), "kb": M.per_query_values(kb.run(), kb.qrels)}
+        rows[cfg.name] = {"metrics": metrics, "selection": selection,
+                          "per_query": {key: {q: per_query[proto][q][pq] for q in per_query[proto]}
+                                        for key, pq, proto in HEADLINE}}
+    return {"fold": spec.fold, "queries": len(spec.held_out), "tickets": len(test.dataset.tickets),
+            "train_queries": len(fit_data.queries), "selection_queries": len(sel_data.queries), "rows": rows}
+
+
+_WORKER_POOLED: list[Dataset] = []
+
+
+def _worker_init(pooled: Dataset) -> None:
+    import os
+
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", "TQDM_DISABLE",
+                "HF_HUB_DISABLE_PROGRESS_BARS"):
+        os.environ[var] = "1"
+    _WORKER_POOLED[:] = [pooled]
+
+
+def _worker_fold(spec: FoldSpec) -> dict:
+    return run_fold(_WORKER_POOLED[0], spec)
+
+
+# -- the run ---------------------------------------------------------------------------------------------------------
+def summarise(folds: Sequence[dict], configs: Sequence[CvConfig], n_boot: int = 2000, seed: int = 0) -> list[dict]:
+    """Per config: CV estimate (mean over all queries), fold min/max/std of every headline figure, the spread of
+    each selected weight, and paired-bootstrap differences against BM25 and the zero-shot S channel."""
+    rows = []
+    qids = sorted(q for f in folds for q in f["rows"][configs[0].name]["per_query"]["official_map"])
+
+    def values(name: str, key: str) -> np.ndarray:
+        merged = {q: v for f in folds for q, v in f["rows"][name]["per_query"][key].items()}
+        return np.array([merged[q] for q in qids])
+
+    for cfg in configs:
+        row: dict[str, Any] = {"name": cfg.name, "description": cfg.description, "trained": cfg.trained,
+                               "select": cfg.select, "cv": {}, "folds": {}, "weights": {}, "vs": {}}
+        for key, _, _ in HEADLINE:
+            per_fold = [f["rows"][cfg.name]["metrics"][key] for f in folds]
+            row["cv"][key] = float(values(cfg.name, key).mean())
+            row["folds"][key] = {"values": per_fold, "min": float(min(per_fold)), "max": float(max(per_fold)),
+                                 "std": float(np.std(per_fold, ddof=1)) if len(per_fold) > 1 else 0.0}
+        selections = [f["rows"][cfg.name]["selection"] for f in folds]
+        if all(selections):
+            for w in selections[0]["weights"]:
+                xs = [s["weights"][w] for s in selections]
+                row["weights"][w] = {"values": xs, "min": min(xs), "max": max(xs)}
+        for base in (BM25_NAME, ZERO_SHOT_NAME):
+            if base == cfg.name or not any(c.name == base for c in configs):
+                continue
+            row["vs"][base] = {key: M.paired_bootstrap_difference(values(cfg.name, key), values(base, key), n_boot, seed)
+                               for key, _, _ in HEADLINE}
+        rows.append(row)
+    return rows
+
+
+def verdict(rows: Sequence[dict]) -> dict:
+    """Which trained configuration wins CV (rerank MAP) and whether it beats BM25 and the zero-shot S channel:
+    beating means the 95 % interval of the difference lies above 0 on rerank MAP and on KB MAP@10."""
+    trained = [r for r in rows if r["trained"]]
+    if not trained:
+        return {"winner": None, "beats": {}, "default": None}
+    win = max(trained, key=lambda r: r["cv"]["official_map"])
+    beats = {base: all(win["vs"].get(base, {}).get(k, {}).get("low", -1.0) > 0 for k in ("official_map", "kb_map@10"))
+             for base in (BM25_NAME, ZERO_SHOT_NAME) if base in win["vs"]}
+    baselines = [r for r in rows if not r["trained"]]
+    best_base = max(baselines, key=lambda r: r["cv"]["official_map"]) if baselines else None
+    default = win["name"] if beats and all(beats.values()) else (best_base["name"] if best_base else None)
+    return {"winner": win["name"], "beats": beats, "default": default}
+
+
+def run_cv(
+    train: str | Path,
+    dev: str | Path,
+    out: str | Path,
+    k: int = 5,
+    seed: int = 0,
+    candidates: int = 1000,
+    configs: Sequence[CvConfig] | None = None,
+    overrides: dict | None = None,
+    margin: float | None = None,
+    jobs: int = 1,
+    n_boot: int = 2000,
+    command: str = "",
+    progress: bool = True,
+) -> dict:
+    """Pool `train` and `dev`, run K-fold cross-validation of `configs` (folds in `jobs` processes) and write
+    report.md, results.json into `out`; returns the results dict."""
+    from ..data.importers import load
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if jobs < 1:
+        raise InputError("--jobs must be at least 1")
+    configs = list(configs) if configs is not None else default_configs()
+    named = []
+    for name, path in (("train", Path(train)), ("dev", Path(dev))):
+        if not path.is_file():
+            raise InputError(f"--{name} file {path} does not exist; give the path of a JSONL, CSV or SemEval XML data set")
+        named.append((name, load(path)))
+    pooled = pool_datasets(named)
+    folds = query_folds([p.query_id for p in pooled.pairs], k, seed)
+    specs = [FoldSpec(i, k, ids, seed, candidates, str(out), dict(overrides or {}), margin, configs)
+             for i, ids in enumerate(folds)]
+    done: list[dict] = []
+    with tqdm(total=k, desc="cv folds", unit="fold", disable=not progress) as bar:
+        if jobs == 1:
+            for s in specs:
+                done.append(run_fold(pooled, s))
+                bar.update(1)
+        else:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            with ProcessPoolExecutor(max_workers=min(jobs, k), mp_context=mp.get_context("spawn"),
+                                     initializer=_worker_init, initargs=(pooled,)) as pool:
+                for future in as_completed([pool.submit(_worker_fold, s) for s in specs]):
+                    done.append(future.result())
+                    bar.update(1)
+    done.sort(key=lambda f: f["fold"])
+    rows = summarise(done, configs, n_boot, seed)
+    results = {
+        "name": out.name, "command": command or f"run_cv(train={train!s}, dev={dev!s}, k={k}, seed={seed})",
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "k": k, "seed": seed, "candidates": candidates, "margin": margin, "bootstrap": n_boot, "jobs": jobs,
+        "threshold": M.YES_AND_REL, "overrides": dict(overrides or {}),
+        "data": {name: {"path": str(p), "sha256": fingerprint(p), "tickets": len(d.tickets), "queries": len(d.queries),
+                        "pairs": len(d.pairs)} for (name, d), p in zip(named, (Path(train), Path(dev)))},
+        "folds": [{key: f[key] for key in ("fold", "queries", "tickets", "train_queries", "selection_queries")}
+                  for f in done],
+        "rows": rows, "verdict": verdict(rows), "versions": _versions(),
+    }
+    from .report import write_cv_report
+
+    write_cv_report(results, out)
+    return results

@@ -1,0 +1,118 @@
+"""Cross-validated weight selection: folds by query, the simplicity-prior rule, and a tiny end-to-end CV run."""
+import numpy as np
+import pytest
+
+from recommender.data import synthetic
+from recommender.errors import InputError
+from recommender.evaluation import crossval as CV
+from recommender.evaluation import metrics as M
+
+
+def test_folds_are_disjoint_by_query_cover_all_and_are_seeded():
+    ids = [f"q{i}" for i in range(23)] * 3  # repeated ids (one per pair) count once
+    folds = CV.query_folds(ids, 5, seed=7)
+    assert len(folds) == 5
+    flat = [q for f in folds for q in f]
+    assert sorted(flat) == sorted(set(ids)) and len(flat) == len(set(flat))
+    assert max(map(len, folds)) - min(map(len, folds)) <= 1
+    assert CV.query_folds(ids, 5, seed=7) == folds and CV.query_folds(ids, 5, seed=8) != folds
+    with pytest.raises(InputError, match="more folds"):
+        CV.query_folds(["a", "b"], 3)
+
+
+def test_fold_subsets_keep_their_own_pairs_and_tickets():
+    data = synthetic.generate(n_tickets=40, n_queries=10, seed=3)
+    folds = CV.query_folds([p.query_id for p in data.pairs], 3, seed=0)
+    seen_pairs = 0
+    for f in folds:
+        part = CV.subset(data, f, "fold")
+        assert {q.id for q in part.queries} == set(f)
+        assert {p.query_id for p in part.pairs} <= set(f)
+        assert {p.ticket_id for p in part.pairs} == {t.id for t in part.tickets}
+        seen_pairs += len(part.pairs)
+    assert seen_pairs == len(data.pairs)
+
+
+def test_pooling_prefixes_ids_only_when_they_collide():
+    a = synthetic.generate(n_tickets=10, n_queries=3, seed=1)
+    b = synthetic.generate(n_tickets=10, n_queries=3, seed=2)
+    pooled = CV.pool_datasets([("train", a), ("dev", b)])
+    assert len(pooled.tickets) == 20 and len(pooled.pairs) == len(a.pairs) + len(b.pairs)
+    assert len({t.id for t in pooled.tickets}) == 20
+    assert all(p.query_id.split(":")[0] in ("train", "dev") for p in pooled.pairs)
+
+
+def test_the_rule_prefers_the_simpler_of_two_equally_good_weightings():
+    combos = [{"h": 0.7, "E": 0.1, "S": 0.3, "p": 1.0}, {"h": 0.0, "E": 0.3, "S": 0.3, "p": 1.0},
+              {"h": 0.0, "E": 0.1, "S": 1.0, "p": 1.0}]
+    same = np.array([[80.0, 60.0, 70.0], [80.0, 60.0, 70.0], [80.0, 60.0, 70.0]])
+    pick, how = CV.select_simplest(combos, same, ["h", "E", "S"], ["p"])
+    assert pick == 1  # two channels beat three; equal weights beat 0.1 / 1.0
+    assert how["eligible"] == 3
+    # far worse simple weighting is not eligible: outside one standard error of the best
+    worse = np.array([[80.0, 79.0, 81.0], [40.0, 41.0, 39.0], [40.0, 41.0, 39.0]])
+    assert CV.select_simplest(combos, worse, ["h", "E", "S"], ["p"])[0] == 0
+    # a fixed margin instead of the standard error
+    close = np.array([[80.0, 80.0, 80.0], [79.0, 79.0, 79.0], [50.0, 50.0, 50.0]])
+    assert CV.select_simplest(combos, close, ["h", "E", "S"], ["p"], margin=0.5)[0] == 0
+    assert CV.select_simplest(combos, close, ["h", "E", "S"], ["p"], margin=2.0)[0] == 1
+
+
+def test_per_query_ap_matches_the_metrics_module():
+    groups = np.array([0, 0, 0, 1, 1, 1])
+    labels = np.array([5.0, 1.0, 3.0, 1.0, 1.0, 5.0])
+    scores = np.array([[0.9, 0.8, 0.1, 0.5, 0.4, 0.3]])
+    ap = CV._per_query_ap(scores, groups, labels, 3.0)[0]
+    run = {"a": ["t0", "t1", "t2"], "b": ["t3", "t4", "t5"]}
+    qrels = {"a": {"t0": 5.0, "t1": 1.0, "t2": 3.0}, "b": {"t3": 1.0, "t4": 1.0, "t5": 5.0}}
+    per = M.per_query_values(run, qrels)
+    assert ap == pytest.approx([per["a"]["official_map"], per["b"]["official_map"]])
+
+
+def test_paired_bootstrap_difference():
+    a, b = np.linspace(0, 1, 40), np.linspace(0, 1, 40) - 0.2
+    d = M.paired_bootstrap_difference(a, b, n_boot=500, seed=1)
+    assert d["diff"] == pytest.approx(0.2) and d["low"] == pytest.approx(0.2) and d["high"] == pytest.approx(0.2)
+    noisy = M.paired_bootstrap_difference(np.random.default_rng(0).normal(size=50), np.zeros(50), n_boot=500)
+    assert noisy["low"] < noisy["diff"] < noisy["high"]
+    with pytest.raises(InputError):
+        M.paired_bootstrap_difference([1.0], [1.0, 2.0])
+
+
+def test_tiny_cross_validation_end_to_end(tmp_path):
+    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    synthetic.write_jsonl(synthetic.generate(n_tickets=40, n_queries=9, seed=1), train)
+    synthetic.write_jsonl(synthetic.generate(n_tickets=30, n_queries=6, seed=2), dev)
+    tiny = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 5, "topic_vocab": 200,
+            "topic_epochs": 1, "epochs": 1, "w2v_epochs": 1, "min_count": 1,
+            "grid": {"h": [0.0, 0.5], "E": [0.0, 0.5], "bm25": [0.0, 0.3]}}
+    configs = [CV.CvConfig(CV.BM25_NAME, "bm25", kind="bm25"),
+               CV.CvConfig(CV.ZERO_SHOT_NAME, "E only, untrained", preset="e_ml"),
+               CV.CvConfig("h/E + BM25 simplest", "trained", preset="default", overrides={"channels": {"h": 0.7, "E": 0.3}},
+                           select="simplest", trained=True)]
+    out = tmp_path / "cv"
+    results = CV.run_cv(train, dev, out, k=3, candidates=20, configs=configs, overrides=tiny, n_boot=200, progress=False)
+    assert len(results["folds"]) == 3 and sum(f["queries"] for f in results["folds"]) == 15
+    trained = results["rows"][-1]
+    assert set(trained["weights"]) >= {"h", "E", "bm25"} and len(trained["weights"]["h"]["values"]) == 3
+    for row in results["rows"]:
+        for key in ("official_map", "kb_map@10", "kb_acc@10"):
+            f = row["folds"][key]
+            assert f["min"] <= row["cv"][key] + 1e-9 and row["cv"][key] <= f["max"] + 1e-9
+    assert set(trained["vs"]) == {CV.BM25_NAME, CV.ZERO_SHOT_NAME}
+    assert results["verdict"]["winner"] == "h/E + BM25 simplest"
+    md = (out / "report.md").read_text()
+    assert "## Verdict" in md and "Selected weights per fold" in md and results["command"] in md
+    assert len(list((out / "predictions").glob("fold*/*.rerank.pred"))) == 9
+
+
+def test_cli_cv_rejects_a_single_fold(tmp_path):
+    from click.testing import CliRunner
+
+    from recommender.cli import main
+
+    data = synthetic.write_jsonl(synthetic.generate(n_tickets=20, n_queries=4, seed=1), tmp_path / "d.jsonl")
+    result = CliRunner().invoke(main, ["evaluate", "--train", str(data), "--dev", str(data), "--cv", "1",
+                                       "--out", str(tmp_path / "cv"), "--jobs", "1"])
+    assert result.exit_code != 0
+    assert "at least 2 folds" in (result.output + str(result.exception))
