@@ -171,6 +171,21 @@ def tiny_ticket_model(tiny_model):
 
 
 @pytest.fixture
+def another_model(tiny_model):
+    """The tiny model with its network weights scaled: another fingerprint, other vectors and scores."""
+    import torch
+
+    from recommender.model.bundle import TicketModel
+
+    other = TicketModel.load(tiny_model[0])
+    with torch.no_grad():
+        for param in other.net.parameters():
+            param.mul_(1.1)
+    other.invalidate()
+    return other
+
+
+@pytest.fixture
 def kb_home(tmp_path, tiny_model):
     """(settings, store) of a fresh TICKETREC_HOME whose store holds the tiny model's knowledge base."""
     from recommender.config import Settings

@@ -119,31 +119,17 @@ def test_bad_queries_get_clear_errors(served, model):
         engine.recommend(Query("pump", "oil pump noise"), k=0)
 
 
-def another_model(tiny_model):
-    """The tiny model with its network weights nudged: another fingerprint, other scores."""
-    import torch
-
-    from recommender.model.bundle import TicketModel
-
-    other = TicketModel.load(tiny_model[0])
-    with torch.no_grad():
-        for param in other.net.parameters():
-            param.mul_(1.1)
-    other.invalidate()
-    return other
-
-
 def test_no_index_is_an_index_state_error(tmp_path, tiny_model, model):
     settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "empty"), "TICKETREC_MODEL": str(tiny_model[0])})
     with pytest.raises(IndexStateError, match="ticketrec index"):
         Recommender(settings, model=model).recommend(Query("pump", "oil pump noise"))
 
 
-def test_a_version_is_served_with_the_model_it_carries(tmp_path, served, model, tiny_model):
+def test_a_version_is_served_with_the_model_it_carries(tmp_path, served, model, tiny_model, another_model):
     settings, store, _ = served
     query = a_query(tiny_model)
     expected = Recommender(settings, store=store, model=model).recommend(query, k=5)
-    other = another_model(tiny_model)
+    other = another_model
     assert other.version != model.version
     # TICKETREC_MODEL only chooses the model of the next build; a model given for another version is not used
     elsewhere = settings.replace(model=tmp_path / "no-model-here")

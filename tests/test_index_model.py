@@ -6,7 +6,6 @@ import logging
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
 
 from recommender.cli import main
@@ -42,16 +41,6 @@ def home(tmp_path, tiny_model):
     store.close()
 
 
-def nudged(tiny_model) -> TicketModel:
-    """The tiny model with its weights scaled: another fingerprint, other vectors."""
-    other = TicketModel.load(tiny_model[0])
-    with torch.no_grad():
-        for param in other.net.parameters():
-            param.mul_(1.1)
-    other.invalidate()
-    return other
-
-
 def test_a_version_carries_its_model_with_checksums(home, model, tiny_model):
     settings, store = home
     version = build_index(store, model, settings, progress=False)
@@ -67,7 +56,7 @@ def test_a_version_carries_its_model_with_checksums(home, model, tiny_model):
         np.testing.assert_array_equal(served.encode_queries(query)[key], vec)
 
 
-def test_the_same_model_is_linked_into_the_next_version_and_another_is_copied(home, model, tiny_model):
+def test_the_same_model_is_linked_into_the_next_version_and_another_is_copied(home, model, another_model):
     settings, store = home
     first = open_version(settings, build_index(store, model, settings, progress=False))
     store.import_dataset(Dataset([Ticket("NEW-1", "Valve leaks", "Steam leaks at the valve stem.", "Tighten it.")],
@@ -76,7 +65,7 @@ def test_the_same_model_is_linked_into_the_next_version_and_another_is_copied(ho
     assert second.manifest["reused"] == 80 and second.manifest["model"]["files"] == first.manifest["model"]["files"]
     weights = (first.model_dir / "weights.pt").stat(), (second.model_dir / "weights.pt").stat()
     assert weights[0].st_ino == weights[1].st_ino  # a hard link: the same model costs no second copy
-    other = nudged(tiny_model)
+    other = another_model
     third = open_version(settings, build_index(store, other, settings, progress=False))
     assert third.manifest["encoded"] == 81  # another fingerprint: nothing reused
     assert third.model.version == other.version != model.version == second.model.version
@@ -107,13 +96,13 @@ def test_a_broken_model_copy_is_one_line_naming_index_full(home, model, tiny_mod
     assert again.exit_code == 0 and "solution:" in again.output
 
 
-def test_the_engine_skips_a_version_whose_model_is_broken(home, model, tiny_model, caplog):
+def test_the_engine_skips_a_version_whose_model_is_broken(home, model, another_model, caplog):
     settings, store = home
     first = build_index(store, model, settings, progress=False)
     engine = Recommender(settings)
     query = Query("turbine vibration", "high vibration on the turbine bearing")
     assert engine.recommend(query, k=3).info.index_version == first
-    second = build_index(store, nudged(tiny_model), settings, progress=False)
+    second = build_index(store, another_model, settings, progress=False)
     (settings.indexes_dir / second / MODEL_DIR / "weights.pt").write_bytes(b"not a torch file")
     with caplog.at_level(logging.WARNING, logger="recommender.serving.engine"):
         answers = [engine.recommend(query, k=3) for _ in range(3)]
