@@ -164,6 +164,24 @@ def _distances_packed(packed: PackedVectors, plan: dict, rows: np.ndarray | None
                    out[start:stop])
 
 
+def _checked_rows(rows, n_total: int) -> np.ndarray:
+    """`rows` as contiguous int64, every one inside [0, n_total)."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    if rows.size and (rows.min() < 0 or rows.max() >= n_total):
+        raise IndexError(f"candidate rows must lie in [0, {n_total}); got {rows.min()}..{rows.max()}")
+    return rows
+
+
+def _accumulate(ticket_vecs, plan: dict, rows, out: np.ndarray, fast: bool) -> None:
+    """Add the plan's weighted L1 terms to `out`: record by record with numba on packed vectors (`fast`), else
+    matrix by matrix with numpy."""
+    if fast:
+        _distances_packed(ticket_vecs, plan, rows, out)
+    else:
+        for key, (queries, weights) in plan.items():
+            _distances_numpy(ticket_vecs[key], rows, queries, weights, out)
+
+
 def distances(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np.ndarray], rows=None,
               bm25=None, *, bm25_max: float | None = None, use_numba: bool | None = None) -> np.ndarray:
     """d(q, t) for one query against the ticket rows `rows` (all rows when None), float32 [len(rows)].
@@ -175,9 +193,7 @@ def distances(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np
         raise ValueError("the metric spec has no pair/channel with a non-zero weight")
     n_total = next(iter(ticket_vecs[k] for k in plan)).shape[0]
     if rows is not None:
-        rows = np.ascontiguousarray(rows, dtype=np.int64)
-        if rows.size and (rows.min() < 0 or rows.max() >= n_total):
-            raise IndexError(f"candidate rows must lie in [0, {n_total}); got {rows.min()}..{rows.max()}")
+        rows = _checked_rows(rows, n_total)
     m = n_total if rows is None else rows.shape[0]
     out = np.zeros(m, np.float32)
     fast = HAVE_NUMBA if use_numba is None else (use_numba and HAVE_NUMBA)
@@ -187,13 +203,9 @@ def distances(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np
             raise ValueError(f"ticket matrix {key!r} has {mat.shape[0]} rows, expected {n_total}")
         if mat.shape[1] != queries.shape[1]:
             raise ValueError(f"{key!r}: ticket vectors are {mat.shape[1]}-d, query vectors {queries.shape[1]}-d")
-    if fast:
-        packed = ticket_vecs if isinstance(ticket_vecs, PackedVectors) else PackedVectors.pack(
-            {key: ticket_vecs[key] for key in plan})
-        _distances_packed(packed, plan, rows, out)
-    else:
-        for key, (queries, weights) in plan.items():
-            _distances_numpy(ticket_vecs[key], rows, queries, weights, out)
+    if fast and not isinstance(ticket_vecs, PackedVectors):
+        ticket_vecs = PackedVectors.pack({key: ticket_vecs[key] for key in plan})
+    _accumulate(ticket_vecs, plan, rows, out, fast)
     w_bm25 = float(spec.get("bm25", 0.0) or 0.0)
     if w_bm25 and bm25 is not None:
         out += w_bm25 * bm25_penalty(bm25, m, bm25_max)
@@ -279,10 +291,8 @@ def channel_distances(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping
     `distances(...)` for the same arguments (up to float32 rounding).
     """
     plan = metric_plan(spec, query_vecs, ticket_vecs.keys())
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
     n_total = (ticket_vecs.matrix if isinstance(ticket_vecs, PackedVectors) else next(iter(ticket_vecs.values()))).shape[0]
-    if rows.size and (rows.min() < 0 or rows.max() >= n_total):
-        raise IndexError(f"rows must lie in [0, {n_total}); got {rows.min()}..{rows.max()}")
+    rows = _checked_rows(rows, n_total)
     by_channel: dict[str, dict] = {}
     for key, (queries, weights) in plan.items():
         if ticket_vecs[key].shape[1] != queries.shape[1]:
@@ -293,12 +303,8 @@ def channel_distances(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping
     m = rows.shape[0]
     out: dict[str, np.ndarray] = {}
     for channel, sub_plan in by_channel.items():
-        acc = out[channel] = np.zeros(m, np.float32)
-        if fast:
-            _distances_packed(ticket_vecs, sub_plan, rows, acc)
-        else:
-            for key, (queries, weights) in sub_plan.items():
-                _distances_numpy(ticket_vecs[key], rows, queries, weights, acc)
+        out[channel] = np.zeros(m, np.float32)
+        _accumulate(ticket_vecs, sub_plan, rows, out[channel], fast)
     w_bm25 = float(spec.get("bm25", 0.0) or 0.0)
     if w_bm25 and bm25 is not None:
         out["bm25"] = (w_bm25 * bm25_penalty(bm25, m, bm25_max)).astype(np.float32)
