@@ -8,7 +8,9 @@ The knowledge base is built with the CLI into a temporary TICKETREC_HOME (`ticke
 with the product's default architecture but few epochs, `index`); its quality does not matter here, its shape
 does. `--home DIR` reuses (or keeps) a home set up by an earlier run instead of the temporary one; `--code DIR` runs
 the setup and the server from another copy of the code (e.g. a snapshot taken before a change), so two versions
-can be measured in turn on the same machine. The server and everything else this script starts are stopped when
+can be measured in turn on the same machine. gunicorn runs with the project's settings (web/gunicorn_conf.py: each
+worker loads the index and model as it starts) where that code has them; `--lazy-load` leaves them out (each worker
+loads on its first request). The server and everything else this script starts are stopped when
 it ends, also on Ctrl-C or an error. The machine's load average is printed beside the table: other work on the
 same cores changes the figures.
 """
@@ -82,14 +84,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
-    """gunicorn 'web:create_app()' in its own process group, stopped (group-wide) by `stop`."""
+def gunicorn_options(code: Path, lazy: bool = False) -> list[str]:
+    """The project's gunicorn settings (web/gunicorn_conf.py, where `code` has it, unless `lazy`) and no control
+    socket (gunicorn 27+; several benchmark servers must not share one)."""
+    import gunicorn
 
-    def __init__(self, code: Path, env: dict, workers: int, threads: int, log: Path):
+    project = not lazy and (code / "web" / "gunicorn_conf.py").exists()
+    options = ["--config", "python:web.gunicorn_conf"] if project else []
+    return options + (["--no-control-socket"] if gunicorn.version_info >= (27,) else [])
+
+
+class Server:
+    """gunicorn 'web:create_app()' in its own process group, stopped (group-wide) by `stop`; `lazy`: without
+    web/gunicorn_conf.py (each worker loads the engine on its first request instead of at start)."""
+
+    def __init__(self, code: Path, env: dict, workers: int, threads: int, log: Path, lazy: bool = False):
         self.port = free_port()
+        self.started = time.perf_counter()
         self.log = open(log, "w")
-        self.command = [str(BIN / "gunicorn"), "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers),
-                        "--threads", str(threads), "--timeout", "60", "web:create_app()"]
+        self.command = [str(BIN / "gunicorn"), *gunicorn_options(code, lazy), "--bind", f"127.0.0.1:{self.port}",
+                        "--workers", str(workers), "--threads", str(threads), "--timeout", "60", "web:create_app()"]
         self.proc = subprocess.Popen(self.command, cwd=code, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
 
@@ -184,6 +198,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4, help="gunicorn threads per worker")
     parser.add_argument("--home", type=Path, default=None, help="TICKETREC_HOME to reuse or keep (default: a temp one)")
     parser.add_argument("--code", type=Path, default=ROOT, help="directory holding the recommender/ and web/ to run")
+    parser.add_argument("--lazy-load", action="store_true",
+                        help="start gunicorn without web/gunicorn_conf.py (engines load on their first request)")
     args = parser.parse_args()
 
     print(f"command: .venv/bin/python benchmarks/load.py {' '.join(sys.argv[1:])}".rstrip(), flush=True)
@@ -196,7 +212,7 @@ def main() -> None:
     try:
         kb = build_home(args.code.resolve(), home, env, args.tickets, args.queries, args.seed)
         queries = load_queries(kb)
-        server = Server(args.code.resolve(), env, args.workers, args.threads, home / "gunicorn.log")
+        server = Server(args.code.resolve(), env, args.workers, args.threads, home / "gunicorn.log", args.lazy_load)
         server.wait_ready()
         if args.warmup > 0:  # every worker loads its engine and maps the index before the clock starts
             run_load(server.port, queries, min(args.clients, 2 * args.workers * args.threads), args.warmup)

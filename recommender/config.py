@@ -38,6 +38,20 @@ def _lower(raw: str) -> str:
     return raw.lower()
 
 
+#: Who may read (search, tickets, status) in the web app and API: `auto` = only signed-in users or API tokens once
+#: any account exists (open while there is none), `required` = always, `open` = anyone. Writes always need a user
+#: once one exists.
+AUTH_READ_MODES = ("auto", "required", "open")
+
+
+def _auth_read(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in AUTH_READ_MODES:
+        raise TicketrecError(f"TICKETREC_AUTH_READ must be {', '.join(AUTH_READ_MODES[:-1])} or {AUTH_READ_MODES[-1]}, "
+                             f"not {raw!r}; fix or unset it")
+    return value
+
+
 #: Every setting, in one table: `Settings` (its field defaults), `Settings.from_env`, the README's configuration
 #: table (`markdown_table`, checked by tests/test_config.py) and `ENV_VARS` all derive from it.
 SETTINGS: tuple[Setting, ...] = (
@@ -66,7 +80,16 @@ SETTINGS: tuple[Setting, ...] = (
             "time of the nightly reindex (HH:MM, local time of the beat process)"),
     Setting("TICKETREC_MAX_DESCRIPTION", "max_description", "20000",
             "longest accepted query description in characters", int),
-    Setting("TICKETREC_SECRET_KEY", "secret_key", "", "Flask secret key (CSRF); a random one per process when empty"),
+    Setting("TICKETREC_MAX_FIELD_CHARS", "max_field_chars", "20000",
+            "longest imported ticket description or solution in characters; longer ones are cut (one warning per import)",
+            int),
+    Setting("TICKETREC_MAX_SUBJECT_CHARS", "max_subject_chars", "1000",
+            "longest imported subject in characters; longer ones are cut (one warning per import)", int),
+    Setting("TICKETREC_SECRET_KEY", "secret_key", "",
+            "Flask secret key (sessions, CSRF); when empty, one generated once into `$TICKETREC_HOME/secret_key` (mode 0600)"),
+    Setting("TICKETREC_AUTH_READ", "auth_read", "auto",
+            "who may search and read tickets and status: auto (signed-in users once any account exists), required "
+            "or open; feedback always needs a user once one exists", _auth_read),
 )
 
 _BY_FIELD = {s.field: s for s in SETTINGS}
@@ -107,8 +130,11 @@ class Settings:
     index_workers: int = default("index_workers")
     reindex_at: str = default("reindex_at")
     max_description: int = default("max_description")
+    max_field_chars: int = default("max_field_chars")
+    max_subject_chars: int = default("max_subject_chars")
     secret_key: str = default("secret_key")
     broker_retry_after: float = default("broker_retry_after")
+    auth_read: str = default("auth_read")
 
     @property
     def models_dir(self) -> Path:

@@ -4,9 +4,14 @@ Every write goes to a temporary sibling (same file system, so the final rename i
 renamed over the target; the parent directory is fsync'ed so the rename survives a crash. On any failure,
 interrupt included, the temporary is removed and the target is left as it was. Leftover temporaries of a killed
 process start with "." and contain ".tmp-" (or the caller's `prefix`), so a cleanup can recognise them.
+
+Immutable outputs (index versions) are sealed read-only (`seal_tree`); a file written through a memory map has its
+blocks reserved first (`preallocate`), so a full disk is an OSError, not a SIGBUS; `disk_full` recognises that
+error wherever it was wrapped.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -14,7 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_file", "atomic_directory"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_file", "atomic_directory", "create_private_once",
+           "seal_tree", "preallocate", "disk_full", "READ_ONLY"]
+
+#: The mode of a sealed file: readable by all, writable by none (root aside).
+READ_ONLY = 0o444
 
 
 def _umask() -> int:
@@ -84,6 +93,30 @@ def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8", pref
     return Path(path)
 
 
+def create_private_once(path: str | Path, text: str, encoding: str = "utf-8") -> bool:
+    """Create `path` holding `text` with mode 0600 unless it exists; never replace it. The file appears whole
+    (written aside, then hard-linked into place): of processes racing to create it, the first link wins and all
+    read that one. Returns True when this call created it."""
+    path = Path(path)
+    if path.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_prefix(path, None))  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding=encoding) as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)  # atomic, and unlike a rename it never replaces a file another process made
+        except FileExistsError:
+            return False
+        _fsync_dir(path.parent)
+        return True
+    finally:
+        os.unlink(tmp)
+
+
 def _fsync_tree(root: Path) -> None:
     for directory, _, files in os.walk(root):
         for name in files:
@@ -122,3 +155,36 @@ def atomic_directory(path: str | Path, prefix: str | None = None) -> Iterator[Pa
     _fsync_dir(path.parent)
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
+
+
+def seal_tree(root: str | Path, mode: int = READ_ONLY) -> None:
+    """Make every file under `root` read-only (`mode`), so that no process can truncate or overwrite it by mistake
+    (directories stay writable: the tree can still be deleted as a whole)."""
+    for directory, _, files in os.walk(root):
+        for name in files:
+            os.chmod(os.path.join(directory, name), mode)
+
+
+def preallocate(path: str | Path) -> None:
+    """Reserve the disk blocks of the whole (possibly sparse) file now. Writing through a memory map into a sparse
+    file on a full disk kills the process with SIGBUS; after this a full disk is an OSError (ENOSPC) here."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            os.posix_fallocate(fd, 0, size)
+    finally:
+        os.close(fd)
+
+
+def disk_full(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an exception it was raised from, says the disk (or the user's quota) is full."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(exc):  # torch and zipfile wrap the OSError in their own errors
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

@@ -196,3 +196,158 @@ def kb_home(tmp_path, tiny_model):
     store.import_dataset(Dataset(tiny_model[1].tickets, source="kb"))
     yield settings, store
     store.close()
+
+
+# -- a real Redis and real Celery workers (test_celery, test_breaker) ---------------------------------------------
+def free_port() -> int:
+    """A TCP port nothing listens on (now) on 127.0.0.1."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A private redis-server on 127.0.0.1 (no persistence) that a test can stop and start again on its port."""
+
+    def __init__(self, exe: str, workdir: Path):
+        self.exe, self.workdir, self.port = exe, workdir, free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = None
+
+    def start(self) -> "RedisServer":
+        """Start it and wait until it answers PING (fails the test after 20 s)."""
+        import socket
+        import subprocess
+        import time
+
+        self.proc = subprocess.Popen([self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", str(self.workdir)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        pytest.fail(f"redis-server did not start on port {self.port}")
+
+    def stop(self) -> None:
+        """Stop it (its port refuses connections afterwards)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+
+@pytest.fixture(scope="session")
+def redis_servers(tmp_path_factory):
+    """Factory: `redis_servers()` starts a new RedisServer (the test is skipped when redis-server is not installed);
+    every one still running is stopped at the end of the session."""
+    import shutil
+
+    started: list[RedisServer] = []
+
+    def start() -> RedisServer:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.skip("redis-server is not installed (`make test` installs it: apt-get install redis-server)")
+        server = RedisServer(exe, tmp_path_factory.mktemp("redis"))
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+class CeleryWorker:
+    """`ticketrec worker` as a subprocess over `broker_url`, its output in `log_path`."""
+
+    def __init__(self, env: dict, broker_url: str, log_path: Path, concurrency: int = 2):
+        self.env, self.broker_url, self.log_path, self.concurrency = env, broker_url, log_path, concurrency
+        self.proc = None
+
+    def start(self, timeout: float = 90.0) -> "CeleryWorker":
+        """Start it and wait until it answers a ping (fails the test after `timeout` seconds)."""
+        import os
+        import subprocess
+        import sys
+        import time
+
+        from recommender.serving.distributed import celery_client
+
+        root = Path(__file__).resolve().parents[1]
+        env = {**os.environ, **self.env, "TICKETREC_BROKER_URL": self.broker_url, "PYTHONPATH": str(root),
+               "PYTHONUNBUFFERED": "1"}  # its log lines reach the file as they are written
+        with self.log_path.open("w") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "recommender.cli", "worker",
+                                          "--concurrency", str(self.concurrency), "--loglevel", "info",
+                                          "--hostname", f"test{os.getpid()}-{free_port()}@%h"],
+                                         cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        client = celery_client(self.broker_url)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                if client.control.ping(timeout=0.5):
+                    return self
+            except Exception:  # the broker may still be starting
+                time.sleep(0.2)
+        self.stop()
+        pytest.fail(f"the Celery worker did not come up; see {self.log_path}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        """What it printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """Stop it (warm shutdown; killed after 30 s)."""
+        import subprocess
+
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture(scope="session")
+def celery_workers(tmp_path_factory):
+    """Factory: `celery_workers(env, broker_url)` starts a CeleryWorker with the TICKETREC_* variables `env`; every
+    one still running is stopped at the end of the session."""
+    started: list[CeleryWorker] = []
+
+    def start(env: dict, broker_url: str, concurrency: int = 2) -> CeleryWorker:
+        worker = CeleryWorker(env, broker_url, tmp_path_factory.mktemp("worker") / "worker.log", concurrency)
+        started.append(worker)
+        return worker.start()
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture
+def unseal():
+    """A function making every file under an index version writable again (versions are sealed read-only), so a
+    test can damage one as root could."""
+    import os
+
+    def make_writable(root) -> None:
+        for directory, _, files in os.walk(root):
+            for name in files:
+                os.chmod(os.path.join(directory, name), 0o644)
+
+    return make_writable

@@ -99,10 +99,11 @@ def test_term_counts_weigh_the_subject_double_and_lengths_count_every_token():
     assert builder.lengths.tolist() == [6.0, 0.0, 3.0]
 
 
-def test_missing_or_corrupt_postings_say_to_rebuild(kb_home, tiny_ticket_model):
+def test_missing_or_corrupt_postings_say_to_rebuild(kb_home, tiny_ticket_model, unseal):
     (settings, store), model = kb_home, tiny_ticket_model
     version = build_index(store, model, settings, progress=False)
     path = settings.indexes_dir / version
+    unseal(path)  # versions are sealed read-only; damage it as root could
     np.save(path / "bm25_length.npy", np.zeros(3, np.float32))
     with pytest.raises(IndexStateError, match="inconsistent.*ticketrec index --full"):
         TicketIndex.open(path).bm25

@@ -1,13 +1,7 @@
 """Celery over a real Redis: shard scoring equals in-process scoring, reindex runs on a worker, a missing worker is
 answered in-process before the deadline; the beat schedule."""
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,8 +10,6 @@ from recommender.config import Settings
 from recommender.errors import TicketrecError
 from recommender.data.records import Query, Ticket
 from recommender.data.store import Dataset, Store
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # -- beat schedule and app set-up (no server needed) --------------------------------------------------------------
@@ -49,37 +41,12 @@ def test_worker_and_beat_need_a_broker_url(tmp_path):
 
 
 # -- real Redis and a real worker ----------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    """A private redis-server on 127.0.0.1 (no persistence), killed at teardown."""
-    exe = shutil.which("redis-server")
-    if exe is None:
-        pytest.skip("redis-server is not installed (`make test` installs it: apt-get install redis-server)")
-    port = _free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("redis-server did not start")
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(timeout=10)
+def redis_url(redis_servers):
+    """A private redis-server on 127.0.0.1 (no persistence), stopped at teardown."""
+    server = redis_servers()
+    yield server.url
+    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -99,33 +66,11 @@ def home(tmp_path_factory, tiny_model):
 
 
 @pytest.fixture(scope="module")
-def worker(redis_url, home, tmp_path_factory):
+def worker(redis_url, home, celery_workers):
     """`ticketrec worker --concurrency 2` as a subprocess against the private Redis; its broker URL."""
-    env_home, _ = home
-    env = {**os.environ, **env_home, "TICKETREC_BROKER_URL": redis_url, "PYTHONPATH": str(ROOT)}
-    log = (tmp_path_factory.mktemp("worker") / "worker.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "recommender.cli", "worker", "--concurrency", "2",
-                             "--loglevel", "info", "--hostname", f"test{os.getpid()}@%h"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    from recommender.serving.distributed import celery_client
-
-    client = celery_client(redis_url)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        if client.control.ping(timeout=0.5):
-            break
-    else:
-        proc.kill()
-        log.close()
-        pytest.fail(f"the Celery worker did not come up; see {log.name}")
+    started = celery_workers(home[0], redis_url)
     yield redis_url
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    log.close()
+    started.stop()
 
 
 def _engines(home, broker_url, **changes):

@@ -72,3 +72,11 @@ def test_ticketrec_services_share_the_home_volume(compose):
         assert vols, f"{name} does not mount a volume at TICKETREC_HOME={home}"
         mounts[name] = vols[0].split(":")[0]
     assert len(set(mounts.values())) == 1 and next(iter(mounts.values())) in compose["volumes"]
+
+
+def test_ticketrec_services_restart_when_they_die(compose):
+    """web, worker and beat come back by themselves (Redis going away must not leave them down for good)."""
+    for name in ("web", "worker", "beat"):
+        policy = compose["services"][name].get("restart")
+        assert policy in ("unless-stopped", "on-failure", "always"), f"{name} has restart: {policy!r}"
+    assert compose["services"]["redis"].get("restart") in ("unless-stopped", "always")

@@ -24,7 +24,8 @@ def test_every_variable_is_read(tmp_path):
         "TICKETREC_BROKER_URL": "redis://127.0.0.1:6379/0", "TICKETREC_CANDIDATES": "0", "TICKETREC_SHARDS": "4",
         "TICKETREC_QUERY_DEADLINE": "0.5", "TICKETREC_KEEP_INDEXES": "2", "TICKETREC_REINDEX_AT": "03:15",
         "TICKETREC_MAX_DESCRIPTION": "100", "TICKETREC_SECRET_KEY": "k", "TICKETREC_INDEX_WORKERS": "3",
-        "TICKETREC_BROKER_RETRY_AFTER": "7.5",
+        "TICKETREC_BROKER_RETRY_AFTER": "7.5", "TICKETREC_MAX_FIELD_CHARS": "300", "TICKETREC_MAX_SUBJECT_CHARS": "30",
+        "TICKETREC_AUTH_READ": "Required",
     }
     assert set(env) == set(ENV_VARS)
     s = Settings.from_env(env)
@@ -33,6 +34,8 @@ def test_every_variable_is_read(tmp_path):
     assert (s.candidates, s.shards, s.query_deadline, s.keep_indexes) == (0, 4, 0.5, 2)
     assert (s.reindex_at, s.max_description, s.secret_key) == ("03:15", 100, "k")
     assert s.index_workers == 3 and s.encoding_processes == 3 and s.broker_retry_after == 7.5
+    assert (s.max_field_chars, s.max_subject_chars) == (300, 30)
+    assert s.auth_read == "required"
     assert 1 <= s.replace(index_workers=0).encoding_processes <= 4
     assert s.replace(candidates=5).candidates == 5 and s.candidates == 0
 
@@ -72,3 +75,12 @@ def test_a_malformed_float_names_the_variable(tmp_path):
 
     with pytest.raises(TicketrecError, match="TICKETREC_BROKER_RETRY_AFTER must be a number"):
         Settings.from_env({"TICKETREC_HOME": str(tmp_path), "TICKETREC_BROKER_RETRY_AFTER": "soon"})
+
+
+def test_a_wrong_auth_read_mode_says_which_ones_exist(tmp_path):
+    import pytest
+    from recommender.errors import TicketrecError
+
+    assert Settings.from_env({"TICKETREC_HOME": str(tmp_path)}).auth_read == "auto"
+    with pytest.raises(TicketrecError, match="TICKETREC_AUTH_READ must be auto, required or open, not 'closed'"):
+        Settings.from_env({"TICKETREC_HOME": str(tmp_path), "TICKETREC_AUTH_READ": "closed"})

@@ -93,11 +93,26 @@ def test_each_recommendation_explains_itself(served, model, tiny_model):
         t = r.ticket
         twords = set(content_words(tokenize(f"{t.subject} {t.description} {t.solution}")))
         assert set(r.shared_terms) == qwords & twords
-        assert len(r.topics) == 3 and all({"id", "weight", "words"} <= set(tp) for tp in r.topics)
+        assert len(r.topics) == (3 if "T" in r.channel_shares else 0)  # topics only when they weigh
+        assert all({"id", "weight", "words"} <= set(tp) for tp in r.topics)
         assert t.solution  # the ticket comes from the store, solution included
     d = results[0].to_dict()
     json.dumps(d)
     assert d["rank"] == 1 and d["ticket"]["id"] == results[0].ticket.id
+
+
+@pytest.mark.parametrize("w_topics", [0.0, 0.2])
+def test_topics_are_shown_only_when_the_topic_channel_carries_weight(tmp_path, tiny_model, model, w_topics):
+    spec = model.metric_spec()
+    model.net.set_weights([v for *_, v in spec["pairs"]], dict(spec["channels"], T=w_topics), spec["bm25"])
+    model.invalidate()
+    settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "home"), "TICKETREC_MODEL": str(tiny_model[0])})
+    with Store(settings.db) as store:
+        store.import_dataset(Dataset(tiny_model[1].tickets, source="kb"))
+        build_index(store, model, settings, progress=False)
+        results = Recommender(settings, store=store, model=model).recommend(a_query(tiny_model), k=3)
+    assert results and all(len(r.topics) == (3 if w_topics else 0) for r in results)
+    assert all(("T" in r.channel_shares) == bool(w_topics) for r in results)
 
 
 def test_shared_terms_keep_query_order_without_stop_words():

@@ -73,9 +73,10 @@ def test_the_same_model_is_linked_into_the_next_version_and_another_is_copied(ho
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "missing"])
-def test_a_broken_model_copy_is_one_line_naming_index_full(home, model, tiny_model, damage):
+def test_a_broken_model_copy_is_one_line_naming_index_full(home, model, tiny_model, damage, unseal):
     settings, store = home
     version = build_index(store, model, settings, progress=False)
+    unseal(settings.indexes_dir / version)  # versions are sealed read-only; damage it as root could
     if damage == "corrupt":
         with open(settings.indexes_dir / version / MODEL_DIR / "vocab.json", "a") as fh:
             fh.write(" ")  # still valid JSON: only the checksum notices
@@ -96,13 +97,14 @@ def test_a_broken_model_copy_is_one_line_naming_index_full(home, model, tiny_mod
     assert again.exit_code == 0 and "solution:" in again.output
 
 
-def test_the_engine_skips_a_version_whose_model_is_broken(home, model, another_model, caplog):
+def test_the_engine_skips_a_version_whose_model_is_broken(home, model, another_model, caplog, unseal):
     settings, store = home
     first = build_index(store, model, settings, progress=False)
     engine = Recommender(settings)
     query = Query("turbine vibration", "high vibration on the turbine bearing")
     assert engine.recommend(query, k=3).info.index_version == first
     second = build_index(store, another_model, settings, progress=False)
+    unseal(settings.indexes_dir / second)
     (settings.indexes_dir / second / MODEL_DIR / "weights.pt").write_bytes(b"not a torch file")
     with caplog.at_level(logging.WARNING, logger="recommender.serving.engine"):
         answers = [engine.recommend(query, k=3) for _ in range(3)]

@@ -134,6 +134,46 @@ def test_not_a_database_is_refused(tmp_path):
         Store(path)
 
 
+_HOLD_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+if sys.argv[2] == "exclusive":  # readers are shut out too (a tool in exclusive locking mode)
+    conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+conn.execute("BEGIN IMMEDIATE")  # the write lock, as a long import holds it
+conn.execute("UPDATE tickets SET subject = subject")
+print("locked", flush=True)
+sys.stdin.read()  # hold the lock until the test closes stdin
+conn.execute("COMMIT")
+"""
+
+
+@pytest.mark.parametrize("lock", ["write", "exclusive"])
+def test_a_locked_database_says_it_is_locked_not_unusable(tmp_path, monkeypatch, lock):
+    import subprocess
+    import sys
+
+    path = tmp_path / "kb.sqlite3"
+    with Store(path) as s:
+        s.import_dataset(small_kb())
+    monkeypatch.setattr(Store, "busy_timeout", 0.2)  # SQLite's wait for the lock, 30 s by default
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(path), lock], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(TicketrecError) as err:
+            with Store(path) as s:  # a reader opens a WAL database under a writer; the write then waits
+                s.import_dataset(small_kb())
+        message = str(err.value)
+        assert "is locked" in message and "SQLITE_BUSY" in message and "another ticketrec process" in message
+        assert "retry when it finishes" in message and "not a usable" not in message and "\n" not in message
+    finally:
+        holder.communicate("", timeout=30)
+    assert holder.returncode == 0
+    with Store(path) as s:  # the lock is gone: the same calls work
+        s.import_dataset(small_kb())
+        assert s.stats()["tickets"] == 2
+
+
 def test_feedback(store):
     store.import_dataset(small_kb())
     fid = store.add_feedback(Feedback("Oil  pressure", "low", "T1", "YES"))

@@ -28,6 +28,9 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.pt"
 #: Positions scored at once by the full softmax; bounds the [positions, V] logits kept in memory.
 _SOFTMAX_CHUNK = 2048
+#: Words of a document `transform` reads when the model has no `max_doc_len` (a batch pads to its longest document,
+#: so an uncut 10 MB text would need tens of GB).
+MAX_TRANSFORM_WORDS = 1000
 
 
 class TopicModelError(Exception):
@@ -183,6 +186,12 @@ class DocNADE(nn.Module):
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
+    @property
+    def max_doc_words(self) -> int:
+        """The words of a document `transform` reads (its first ones): the training cut `max_doc_len`, so a
+        document is read as the model learnt to read one, else MAX_TRANSFORM_WORDS."""
+        return self.config.max_doc_len or MAX_TRANSFORM_WORDS
+
     def _check_ids(self, docs: Documents) -> None:
         V = self.config.vocab_size
         for n, doc in enumerate(docs):
@@ -217,7 +226,12 @@ class DocNADE(nn.Module):
         return math.exp(total / words)
 
     def transform(self, docs: Documents, batch_size: int = 256) -> np.ndarray:
-        """Document vectors T: the hidden layer after the last word, sigmoid(c + sum_all W[:, v_k]) -> float32 [n, H]."""
+        """Document vectors T: the hidden layer after the last word, sigmoid(c + sum_all W[:, v_k]) -> float32 [n, H].
+
+        Each document is cut to its first `max_doc_words` words, which bounds the memory of a batch
+        (batch_size x max_doc_words x H) whatever the input."""
+        limit = self.max_doc_words
+        docs = [doc if len(doc) <= limit else doc[:limit] for doc in docs]
         self._check_ids(docs)
         out = np.zeros((len(docs), self.config.n_topics), dtype=np.float32)
         with torch.no_grad():

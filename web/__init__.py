@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import logging
-import secrets
 from typing import Any, Mapping
 
-from flask import Flask, render_template, request
+from flask import Flask, Request, render_template, request
+from flask.json.provider import DefaultJSONProvider
 from flask_wtf.csrf import CSRFError, CSRFProtect
-from werkzeug.exceptions import HTTPException, InternalServerError
+from werkzeug.exceptions import BadRequest, HTTPException, InternalServerError
 
 from recommender.config import Settings
+from recommender.data.records import parse_json
+from recommender.errors import InputError
 
+from . import auth
 from .services import TicketrecServices
 
 csrf = CSRFProtect()
@@ -18,6 +21,26 @@ log = logging.getLogger(__name__)
 
 #: Bytes a request body may have besides the description itself (subject, JSON, form fields, CSRF token).
 _BODY_OVERHEAD = 64 * 1024
+
+
+class StrictJSONProvider(DefaultJSONProvider):
+    """Flask's JSON, read strictly (`records.parse_json`): bad JSON, NaN, numbers of hundreds of digits, deep nesting
+    and lone surrogates are a ValueError with a one-line reason, which the request turns into a 400."""
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        try:
+            return parse_json(s)
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+
+
+class StrictRequest(Request):
+    """A request whose unreadable JSON body is a 400 saying why (Flask's default hides the reason)."""
+
+    def on_json_loading_failed(self, e: ValueError | None) -> Any:
+        if e is None:  # not JSON at all (Content-Type): Flask's own 415
+            return super().on_json_loading_failed(e)
+        raise BadRequest(f"the body is not valid JSON: {e}; send one UTF-8 JSON object")
 
 
 def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
@@ -28,13 +51,16 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     evaluation reports; default: TICKETREC_HOME/reports and the repository's docs/results).
     """
     app = Flask(__name__)
+    app.json = StrictJSONProvider(app)
+    app.request_class = StrictRequest
     test_config = dict(test_config or {})
     settings: Settings = test_config.get("TICKETREC_SETTINGS") or Settings.from_env()
     app.config.from_mapping(
-        SECRET_KEY=settings.secret_key or secrets.token_hex(32),
+        SECRET_KEY=test_config.get("SECRET_KEY") or auth.secret_key(settings),  # one key for every worker
         MAX_DESCRIPTION=settings.max_description,
         WTF_CSRF_TIME_LIMIT=None,  # a results page left open all day must still accept feedback
         JSON_SORT_KEYS=False,
+        SESSION_COOKIE_SAMESITE="Lax",  # Secure too whenever the request came over HTTPS (auth.SessionInterface)
     )
     app.config.update(test_config)
     app.config["TICKETREC_SETTINGS"] = settings
@@ -47,6 +73,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
         report_roots=app.config.get("TICKETREC_REPORT_ROOTS")
     )
     csrf.init_app(app)
+    auth.init_app(app)
     app.teardown_appcontext(lambda _exc: app.extensions["ticketrec"].close_store())
 
     from . import api, views

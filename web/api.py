@@ -1,7 +1,8 @@
 """The JSON API under /api/v1: recommendations, tickets, feedback, health. JSON in, JSON out, JSON errors.
 
 CSRF tokens are not used here: every write requires `Content-Type: application/json`, which a cross-site
-form cannot send without a CORS preflight this app never grants.
+form cannot send without a CORS preflight this app never grants. Who may call what (`Authorization: Bearer` API
+tokens or the page's session; 401/403): web/auth.py.
 """
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from flask import Blueprint, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from recommender.errors import InputError, TicketrecError
+from recommender.data.records import MAX_ID_CHARS
 from recommender.data.store import Feedback, query_key
 
+from . import auth
 from .forms import LABELS, MAX_SUBJECT
 from .services import TicketrecServices
 
@@ -48,7 +51,7 @@ def _api_error(exc: ApiError):
 def _body() -> dict[str, Any]:
     if not request.is_json:
         raise ApiError(400, "send a JSON object with the header Content-Type: application/json")
-    data = request.get_json(silent=True)
+    data = request.get_json()  # unreadable JSON: a 400 that says why (web.StrictRequest)
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object, e.g. {\"subject\": \"...\", \"description\": \"...\"}")
     return data
@@ -62,11 +65,11 @@ def _text(data: dict[str, Any], name: str, limit: int, too_long_status: int = 40
         raise ApiError(400, f"'{name}' is required (a non-empty string)")
     if not isinstance(value, str):
         raise ApiError(400, f"'{name}' must be a string, not {type(value).__name__}")
+    if len(value) > limit:  # as sent, like the forms and the OpenAPI document's maxLength
+        raise ApiError(too_long_status, f"'{name}' has {len(value):,} characters; the limit is {limit:,}; shorten it")
     value = value.strip()
     if not value and required:
         raise ApiError(400, f"'{name}' must not be empty")
-    if len(value) > limit:
-        raise ApiError(too_long_status, f"'{name}' has {len(value):,} characters; the limit is {limit:,}; shorten it")
     return value
 
 
@@ -78,6 +81,7 @@ def _query(data: dict[str, Any]) -> tuple[str, str]:
 
 
 @bp.post("/recommendations")
+@auth.require("read")
 def recommendations():
     """`{"subject", "description", "k"}` → the top k tickets with calibrated scores and explanations."""
     data = _body()
@@ -93,7 +97,7 @@ def recommendations():
         raise ApiError(400, str(exc)) from exc
     except TicketrecError as exc:
         raise ApiError(503, f"no recommendations can be served: {exc}") from exc
-    services().remember(answer.query)
+    services().remember(answer.query, auth.recent_owner())  # the caller's own recent queries, nobody else's
     info = answer.info
     return jsonify({
         "query_key": answer.key,
@@ -108,9 +112,16 @@ def recommendations():
     })
 
 
+def _check_ticket_id(ticket_id: str) -> None:
+    if len(ticket_id) > MAX_ID_CHARS:
+        raise ApiError(400, f"a ticket id has at most {MAX_ID_CHARS} characters, not {len(ticket_id):,}")
+
+
 @bp.get("/tickets/<path:ticket_id>")
+@auth.require("read")
 def ticket(ticket_id: str):
     """One ticket of the knowledge base."""
+    _check_ticket_id(ticket_id)
     found = services().store().get_ticket(ticket_id)
     if found is None:
         raise ApiError(404, f"there is no ticket {ticket_id!r}")
@@ -119,6 +130,7 @@ def ticket(ticket_id: str):
 
 
 @bp.post("/feedback")
+@auth.require("write")
 def feedback():
     """`{"subject", "description", "ticket_id", "label"}` → stores the judgement (201)."""
     data = _body()
@@ -126,6 +138,7 @@ def feedback():
     ticket_id = data.get("ticket_id")
     if not isinstance(ticket_id, str) or not ticket_id:
         raise ApiError(400, "'ticket_id' must be a non-empty string")
+    _check_ticket_id(ticket_id)
     label = data.get("label")
     if label not in LABELS:
         raise ApiError(400, f"'label' must be one of {', '.join(LABELS)}")
@@ -134,7 +147,8 @@ def feedback():
         raise ApiError(404, f"there is no ticket {ticket_id!r}")
     model_version, index_version = services().versions()
     try:
-        feedback_id = store.add_feedback(Feedback(subject, description, ticket_id, label, model_version, index_version))
+        feedback_id = store.add_feedback(Feedback(subject, description, ticket_id, label, model_version, index_version,
+                                                  user_name=auth.user_name()))
     except InputError as exc:
         raise ApiError(400, str(exc)) from exc
     return jsonify({"id": feedback_id, "query_key": query_key(subject, description), "ticket_id": ticket_id,
@@ -159,7 +173,20 @@ def healthz():
     return jsonify(body), 200 if ok else 503
 
 
+@bp.get("/openapi.json")
+def openapi():
+    """The OpenAPI 3.1 document of this API (web/openapi.py), with this app's description limit."""
+    from .openapi import openapi_document
+
+    return jsonify(openapi_document(int(current_app.config["MAX_DESCRIPTION"]), MAX_K))
+
+
 def handle_http_error(exc: HTTPException):
-    """JSON for HTTP errors raised under /api/ (404 of an unknown route, 405, 413 of a huge body...)."""
-    return json_error(exc.code or 500, exc.description or exc.name)
+    """JSON for HTTP errors raised under /api/ (404 of an unknown route, 405, 413 of a huge body, 401...), with the
+    error's own headers (Allow of a 405, WWW-Authenticate of a 401)."""
+    response, status = json_error(exc.code or 500, exc.description or exc.name)
+    for name, value in exc.get_headers():
+        if name.lower() != "content-type":
+            response.headers[name] = value
+    return response, status
 

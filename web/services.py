@@ -1,9 +1,10 @@
 """What the web app needs from the core library, in one object per app: the store, the engine, versions, status.
 
-The engine is heavy (it maps the index and loads the model that index version carries), so it is built once,
-lazily, on the first request that needs it; a missing model or index is reported as a `TicketrecError` the pages
-turn into a clear message. The engine is safe to call from every request thread at once: no lock is taken here
-around a query, and each answer names the index and model versions that made it.
+The engine is heavy (it maps the index and loads the model that index version carries), so it is built once: at
+start under gunicorn (`warm_up`, called by web/gunicorn_conf.py before a worker accepts requests), else on the first
+request that needs it; a missing model or index is reported as a `TicketrecError` the pages turn into a clear
+message. The engine is safe to call from every request thread at once: no lock is taken here around a query, and
+each answer names the index and model versions that made it.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from recommender.data.store import Store, query_key
 
 #: How many recent queries the search page offers to reuse.
 RECENT_QUERIES = 8
+#: How many owners' (users', anonymous browser sessions') recent queries are kept; the least recently active go.
+RECENT_OWNERS = 1000
 
 
 @dataclass
@@ -50,7 +53,7 @@ class TicketrecServices:
         self._engine_factory = engine_factory
         self._engine_lock = threading.Lock()  # the engine is built once; queries then run without a lock
         self._local = threading.local()
-        self._recent: OrderedDict[str, Query] = OrderedDict()
+        self._recent: OrderedDict[str, OrderedDict[str, Query]] = OrderedDict()  # owner → query key → query
         self._recent_lock = threading.Lock()
 
     # -- store: one connection per thread (SQLite transactions must not interleave) ------------------
@@ -89,6 +92,28 @@ class TicketrecServices:
             return None, str(exc)
         return engine, None
 
+    def warm_up(self) -> str | None:
+        """Load now what the first query would load: the engine, its index version and model, the query encoders and
+        the BM25 pre-filter (one throw-away query is encoded and pre-filtered; nothing is scored or stored). None when
+        it can serve, else why not (the app still starts; its pages and /api/v1/healthz say why)."""
+        engine, error = self.engine_or_error()
+        if engine is None:
+            return error
+        query = Query("Warm-up query", "Load the query encoders and the pre-filter at start.")
+        try:
+            index = engine.index
+            engine.model_for(index).encode_queries([query])
+            engine.searcher.search_rows(f"{query.subject}\n{query.description}", 10, index)
+        except TicketrecError as exc:
+            return str(exc)
+        if self.settings.broker_url:  # the Celery client (no connection): celery's first import is not thread-safe,
+            try:  # and first queries importing it at once failed ("cannot import name 'group' from 'celery'")
+                from recommender.serving.distributed import celery_client
+            except ImportError:  # no distributed client installed: queries are scored in-process anyway
+                return None
+            celery_client(self.settings.broker_url)
+        return None
+
     def versions(self) -> tuple[str, str]:
         """(model version, index version) being served (of one index version: the model it carries), or empty
         strings when none can be loaded."""
@@ -118,24 +143,32 @@ class TicketrecServices:
         """Top `k` words of every DocNADE topic of the served model (the model of the served index version)."""
         return self.engine().model.topic_words(k)
 
-    # -- recent queries (this process; offered for reuse on the search page) ---------------------------
-    def remember(self, query: Query) -> str:
+    # -- recent queries (this process; each owner's own, offered for reuse on the search page) ------------
+    def remember(self, query: Query, owner: str | None) -> str:
+        """Add `query` to `owner`'s recent queries (`auth.recent_owner()`; None: not remembered)."""
         key = query_key(query.subject, query.description)
+        if owner is None:
+            return key
         with self._recent_lock:
-            self._recent.pop(key, None)
-            self._recent[key] = Query(query.subject, query.description)
-            while len(self._recent) > RECENT_QUERIES:
+            recent = self._recent.pop(owner, None) or OrderedDict()
+            self._recent[owner] = recent  # the most recently active owner last
+            recent.pop(key, None)
+            recent[key] = Query(query.subject, query.description)
+            while len(recent) > RECENT_QUERIES:
+                recent.popitem(last=False)
+            while len(self._recent) > RECENT_OWNERS:
                 self._recent.popitem(last=False)
         return key
 
-    def recent(self) -> list[tuple[str, Query]]:
-        """Recent queries, newest first, as (query_key, query)."""
+    def recent(self, owner: str | None) -> list[tuple[str, Query]]:
+        """`owner`'s recent queries, newest first, as (query_key, query)."""
         with self._recent_lock:
-            return list(reversed(self._recent.items()))
+            return list(reversed(self._recent.get(owner, {}).items()))
 
-    def recent_query(self, key: str) -> Query | None:
+    def recent_query(self, key: str, owner: str | None) -> Query | None:
+        """One of `owner`'s recent queries, or None."""
         with self._recent_lock:
-            return self._recent.get(key)
+            return self._recent.get(owner, {}).get(key)
 
     # -- feedback ------------------------------------------------------------------------------------
     def feedback_given(self, subject: str, description: str) -> dict[str, str]:
@@ -144,18 +177,24 @@ class TicketrecServices:
 
     # -- status --------------------------------------------------------------------------------------
     def index_info(self) -> dict[str, Any] | None:
-        """Version, size and build time of the served index, or None when none can be loaded."""
+        """Version, size and build time of the served index, or None when none can be loaded; with a "warning" when
+        the served version is not the one it should be (CURRENT failed verification and an older good version
+        serves, or the served version's files changed on disk)."""
         engine, _ = self.engine_or_error()
         if engine is None:
             return None
         index = engine.index
         manifest = dict(getattr(index, "manifest", {}) or {})
-        return {
+        info = {
             "version": str(index.version),
             "size": len(index),
             "created": manifest.get("created_at"),
             "model_version": manifest.get("model_version"),
         }
+        from recommender.serving.index import serving_warning
+
+        warning = serving_warning(self.settings, index) if hasattr(index, "changed_files") else None
+        return {**info, "warning": warning} if warning else info
 
     def model_info(self) -> dict[str, Any] | None:
         """Version and training-data fingerprint of the served model, or None when none can be loaded."""
@@ -171,9 +210,19 @@ class TicketrecServices:
         }
 
     def broker_state(self) -> dict[str, Any]:
-        """Where scoring runs: in-process, or the Celery workers that answered a ping."""
+        """Where scoring runs: in-process, or the Celery workers that answered a ping. While the engine's circuit
+        breaker is open (the broker failed a moment ago) nothing is pinged: not ok, with the breaker's reason."""
         if not self.settings.broker_url:
             return {"mode": "in-process", "ok": True, "workers": []}
+        breaker = getattr(self._engine, "breaker", None)  # the engine's, once built (health does not build it)
+        circuit = breaker.snapshot() if breaker is not None else None
+        if circuit is not None and circuit["state"] == "open":
+            return {"mode": "celery", "ok": False, "workers": [], "detail": circuit["reason"], "breaker": circuit}
+        state = self._ping_workers()
+        return {**state, "breaker": circuit} if circuit is not None else state
+
+    def _ping_workers(self) -> dict[str, Any]:
+        """The broker state from a ping of the Celery workers."""
         try:
             from recommender.serving import distributed
         except ImportError:  # the thin client is not there: nothing can fan out

@@ -1,22 +1,25 @@
-"""The support engineer's pages: search and results, feedback, ticket, status, topics."""
+"""The support engineer's pages: search and results, feedback, ticket, status, topics, sign in and out."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from flask import Blueprint, abort, current_app, flash, render_template, request, send_from_directory
+from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, send_from_directory, url_for
 from markupsafe import Markup
 
 from recommender.errors import InputError, TicketrecError
 from recommender.data.records import Recommendation
 from recommender.data.store import Feedback
 
-from .forms import FeedbackForm, SearchForm
+from . import auth
+from .forms import FeedbackForm, LoginForm, SearchForm
 from .highlight import highlight
 from .services import RecommendResult, TicketrecServices
 
 bp = Blueprint("views", __name__)
+log = logging.getLogger(__name__)
 
 
 def services() -> TicketrecServices:
@@ -113,7 +116,7 @@ def _render_search(form: SearchForm, answer: RecommendResult | None = None, erro
     given = services().feedback_given(answer.query.subject, answer.query.description) if answer else {}
     cards = _cards(answer, given) if answer else []
     return render_template(
-        "search.html", form=form, answer=answer, cards=cards, error=error, recent=services().recent(),
+        "search.html", form=form, answer=answer, cards=cards, error=error, recent=services().recent(auth.recent_owner()),
         feedback_form=_feedback_form(answer), max_description=current_app.config["MAX_DESCRIPTION"],
     ), status
 
@@ -127,12 +130,13 @@ def _feedback_form(answer: RecommendResult | None) -> FeedbackForm | None:
 
 
 @bp.get("/")
+@auth.require("read")
 def search():
     """The empty search form (or one filled from a recent query: `?reuse=<query_key>`)."""
     form = SearchForm(formdata=None)
     reuse = request.args.get("reuse")
     if reuse:
-        query = services().recent_query(reuse)
+        query = services().recent_query(reuse, auth.recent_owner())
         if query is None:
             flash("That recent query is no longer remembered; type it again.", "warning")
         else:
@@ -141,6 +145,7 @@ def search():
 
 
 @bp.post("/")
+@auth.require("read")
 def results():
     """Validate the form and show the top 10 recommendations."""
     form = SearchForm()
@@ -155,12 +160,13 @@ def _answer(form: SearchForm, subject: str, description: str):
     except InputError as exc:
         return _render_search(form, error=str(exc), status=400)
     except TicketrecError as exc:
-        return _render_search(form, error=f"No recommendations can be served: {exc}", status=503)
-    services().remember(answer.query)
+        return _render_search(form, error=f"No recommendations can be served: {hide_paths(str(exc))}", status=503)
+    services().remember(answer.query, auth.recent_owner())
     return _render_search(form, answer=answer)
 
 
 @bp.post("/feedback")
+@auth.require("write")
 def feedback():
     """Store a YES/REL/NO judgement (the form fallback of the page's JavaScript), then show the results again."""
     fb_form = FeedbackForm()
@@ -173,7 +179,8 @@ def feedback():
         abort(404, description=f"There is no ticket {ticket_id!r}; search again.")
     model_version, index_version = services().versions()
     try:
-        services().store().add_feedback(Feedback(subject, description, ticket_id, label, model_version, index_version))
+        services().store().add_feedback(Feedback(subject, description, ticket_id, label, model_version, index_version,
+                                                 user_name=auth.user_name()))
     except InputError as exc:
         abort(400, description=str(exc))
     flash(f"Saved: ticket {ticket_id} marked {label}.", "success")
@@ -183,6 +190,7 @@ def feedback():
 
 
 @bp.get("/tickets/<path:ticket_id>")
+@auth.require("read")
 def ticket(ticket_id: str):
     """The whole ticket and its nearest neighbours in the knowledge base."""
     found = services().store().get_ticket(ticket_id)
@@ -193,22 +201,25 @@ def ticket(ticket_id: str):
         answer = services().recommend(found.subject, found.description, k=10, exclude=found.id)
         cards = _cards(answer, {})
     except TicketrecError as exc:
-        error = f"Neighbours cannot be computed: {exc}"
+        error = f"Neighbours cannot be computed: {hide_paths(str(exc))}"
     return render_template("ticket.html", ticket=found, answer=answer, cards=cards, error=error)
 
 
 @bp.get("/status")
+@auth.require("read")
 def status():
-    """Model, index, workers, knowledge base and the latest evaluation."""
+    """Model, index, workers, knowledge base and the latest evaluation; server paths only to a signed-in user."""
     svc = services()
     _, engine_error = svc.engine_or_error()
     return render_template(
         "status.html", engine_error=engine_error, model=svc.model_info(), index=svc.index_info(),
         broker=svc.broker_state(), stats=svc.store().stats(), report=svc.latest_report(), settings=svc.settings,
+        show_paths=auth.identity() is not None,
     )
 
 
 @bp.get("/status/reports/<name>/<filename>")
+@auth.require("read")
 def report_file(name: str, filename: str):
     """A plot of an evaluation report (only .png files of a known report folder)."""
     if not filename.lower().endswith(".png"):
@@ -220,13 +231,57 @@ def report_file(name: str, filename: str):
 
 
 @bp.get("/topics")
+@auth.require("read")
 def topics():
     """Every DocNADE topic with its top 10 words."""
     try:
         words = services().topic_words(10)
     except TicketrecError as exc:
-        return render_template("topics.html", topics=[], error=f"No topics to show: {exc}"), 503
+        return render_template("topics.html", topics=[], error=f"No topics to show: {hide_paths(str(exc))}"), 503
     return render_template("topics.html", topics=list(enumerate(words)), error=None)
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login():
+    """Sign in with a name and password (accounts: `ticketrec user add NAME`), then go where `next` says."""
+    form = LoginForm()
+    if request.method == "GET":
+        form.next.data = request.args.get("next", "")
+    error, status = None, 200
+    if form.validate_on_submit():
+        name = form.name.data.strip()
+        if services().store().check_password(name, form.password.data):
+            auth.login_user(name)
+            flash(f"Signed in as {name}.", "success")
+            return redirect(auth.safe_next(form.next.data))
+        log.warning("failed sign-in as %r from %s", name, request.remote_addr)
+        error, status = "Unknown user name or wrong password.", 401
+    elif request.method == "POST":
+        status = 400
+    return render_template("login.html", form=form, error=error), status
+
+
+@bp.post("/logout")
+def logout():
+    """End the session (a CSRF-protected form in the top bar)."""
+    auth.logout_user()
+    flash("Signed out.", "success")
+    return redirect(url_for("views.login") if auth.read_required() else url_for("views.search"))
+
+
+@bp.app_template_filter("hide_paths")
+def hide_paths(text: Any) -> str:
+    """`text` with the server's paths (database, model, indexes, home) written as the settings that name them,
+    unless a user is signed in: a signed-out visitor learns nothing of the server's file system."""
+    text = "" if text is None else str(text)
+    if not text or auth.identity() is not None:
+        return text
+    settings = services().settings
+    paths = {str(settings.db): "$TICKETREC_DB", str(settings.model): "$TICKETREC_MODEL",
+             str(settings.indexes_dir): "$TICKETREC_HOME/indexes", str(settings.home): "$TICKETREC_HOME"}
+    for path in sorted(paths, key=len, reverse=True):
+        text = text.replace(path, paths[path])
+    return text
 
 
 @bp.app_template_filter("when")

@@ -1,11 +1,10 @@
 """Celery tasks, registered by name on every app (shared_task): score a shard, reindex, train."""
 from __future__ import annotations
 
-import logging
-
 from celery import shared_task
+from celery.utils.log import get_task_logger
 
-log = logging.getLogger(__name__)
+log = get_task_logger(__name__)  # into the worker's log
 
 
 @shared_task(name="ticketrec.score_shard", bind=True)
@@ -15,12 +14,20 @@ def score_shard(self, index_version: str, shard: int, n_shards: int, query_vecs:
     """Top k (ids, scores) of one shard of index `index_version` for an encoded query.
 
     `rows`/`bm25`: the query's BM25 candidates over the whole index (each shard keeps those in its row range;
-    `bm25_max` is the maximum over all of them, so normalisation matches in-process scoring).
+    `bm25_max` is the maximum over all of them, so normalisation matches in-process scoring). "cold" in the result:
+    this task had to open the version (the process's warm-up had not).
     """
+    cold = not self.resources.is_open(index_version)
+    index = self.resources.index(index_version)
+    return {**score_one_shard(index, shard, n_shards, query_vecs, k, rows, bm25, bm25_max), "cold": cold}
+
+
+def score_one_shard(index, shard: int, n_shards: int, query_vecs: dict, k: int, rows: list[int] | None = None,
+                    bm25: list[float] | None = None, bm25_max: float | None = None) -> dict:
+    """The body of `score_shard` on an open index: its shard's top k as JSON-ready lists."""
     from recommender.serving.distributed import unpack_vectors
     from recommender.serving.scoring import rank
 
-    index = self.resources.index(index_version)
     start, stop = index.shard_rows(shard, n_shards)
     best_rows, g, best_bm25 = rank(index.metric_spec, unpack_vectors(query_vecs), index.vectors, k, rows, bm25,
                                    row_range=(start, stop), bm25_max=bm25_max)
@@ -31,6 +38,17 @@ def score_shard(self, index_version: str, shard: int, n_shards: int, query_vecs:
         "scores": [float(s) for s in g],
         "bm25": None if best_bm25 is None else [float(b) for b in best_bm25],
     }
+
+
+def warm_scorer(index) -> None:
+    """Score a zero query on a few rows of `index` through `score_one_shard`, so that its imports and the compiled
+    scorer (numba's cache) are loaded before the first real shard."""
+    dims = index.vectors.dims
+    spec = index.metric_spec
+    query = {f"{a}.{c}": [0.0] * dims[f"{b}.{c}"] for a, b, _ in spec["pairs"] for c in spec["channels"]
+             if f"{b}.{c}" in dims}
+    rows = list(range(min(len(index), 8)))
+    score_one_shard(index, 0, 1, query, 1, rows=rows, bm25=[0.0] * len(rows), bm25_max=None)
 
 
 @shared_task(name="ticketrec.reindex", bind=True)

@@ -2,15 +2,18 @@
 duplicate-link files into id pairs.
 
 Everything is parsed and checked before anything is written: a malformed record raises `InputError` naming
-the file, the line (or XML element id) and the reason. `Store.import_dataset` then writes the result in one
-transaction. A help desk's own export is read through a column mapping (`ColumnMap`: our field → its column).
+the file, the line (or XML element id) and the reason, and never quotes a file that is not a valid import (a
+header's column names only when the file is a valid CSV with a header row). `Store.import_dataset` then writes the
+result in one transaction. Subjects longer than `Settings.max_subject_chars` and descriptions or solutions longer
+than `Settings.max_field_chars` are cut to that length, with one warning line per import saying how many tickets
+were cut. A help desk's own export is read through a column mapping (`ColumnMap`: our field → its column).
 The formats are documented in `docs/data-formats.md`.
 """
 from __future__ import annotations
 
 import csv
 import io
-import json
+import itertools
 import logging
 import math
 import re
@@ -20,8 +23,9 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from tqdm import tqdm
 
+from ..config import Settings, default
 from ..errors import InputError
-from .records import LABEL_SCORES, LabeledPair, Query, Ticket
+from .records import LABEL_SCORES, LabeledPair, Query, Ticket, check_id, check_text, parse_json
 from .store import Dataset
 
 #: Formats `load` understands; "auto" picks one from the file extension.
@@ -44,6 +48,27 @@ Warn = Callable[[str], None]
 log = logging.getLogger(__name__)
 _QUOTES = re.compile("[\"'`\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u00ab\u00bb]")
 _SPACES = re.compile(r"\s+")
+#: A mapping file is a few lines; a longer file is refused before it is read.
+_MAPPING_FILE_BYTES = 64 * 1024
+
+
+#: First characters that make a spreadsheet read a cell as a formula (OWASP "CSV injection"), fullwidth forms too.
+_FORMULA_START = tuple("=+-@\t\r\uff1d\uff0b\uff0d\uff20")
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """`value` as a CSV cell that a spreadsheet shows rather than runs: text starting like a formula (=, +, -, @,
+    tab, carriage return) gets a leading single quote; numbers, and text that is only a number, are unchanged."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _PLAIN_NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """`value` for a one-line message: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _normalised(value: Any) -> Any:
@@ -72,6 +97,17 @@ class _Parsed:
     where: dict[tuple[str, str], str] = field(default_factory=dict)  # pair key → "line 12" / "element ..."
     mapping: dict[str, str] | None = None  # our field → the file's column (a mapped export of tickets)
     repeated: list[str] = field(default_factory=list)  # ids repeated with only white space / quote differences
+    #: longest subject, longest description / solution (longer ones are cut)
+    limits: tuple[int, int] = (default("max_subject_chars"), default("max_field_chars"))
+    cut: dict[str, set[str]] = field(default_factory=lambda: {"ticket": set(), "query": set()})  # ids cut, by kind
+
+    def clip(self, kind: str, record_id: str, name: str, value: str) -> str:
+        """`value` cut to the limit of field `name`; the record's id is remembered for the import's warning."""
+        limit = self.limits[0] if name.endswith("subject") else self.limits[1]
+        if len(value) <= limit:
+            return value
+        self.cut[kind].add(record_id)
+        return value[:limit]
 
     def fail(self, where: str, reason: str, todo: str = "fix the record and import again") -> InputError:
         return InputError(f"{self.path}, {where}: {reason}; {todo} (nothing was imported)")
@@ -116,7 +152,10 @@ def _text(parsed: _Parsed, where: str, record: dict, name: str, required: bool =
     value = record[name]
     if not isinstance(value, str):
         raise parsed.fail(where, f"field {name!r} must be a string, not {type(value).__name__}")
-    return value.strip()
+    try:
+        return check_text(value, f"field {name!r}").strip()
+    except InputError as exc:
+        raise parsed.fail(where, str(exc)) from None
 
 
 def _ident(parsed: _Parsed, where: str, record: dict, name: str) -> str:
@@ -128,7 +167,10 @@ def _ident(parsed: _Parsed, where: str, record: dict, name: str) -> str:
     value = str(value).strip()
     if not value:
         raise parsed.fail(where, f"field {name!r} is empty", "give every record a non-empty id")
-    return value
+    try:
+        return check_id(value, f"field {name!r}")
+    except InputError as exc:
+        raise parsed.fail(where, str(exc), "give every record a short id") from None
 
 
 def _score(parsed: _Parsed, where: str, score: Any, label: Any) -> float:
@@ -136,7 +178,7 @@ def _score(parsed: _Parsed, where: str, score: Any, label: Any) -> float:
     from_label = None
     if label not in (None, ""):
         if not isinstance(label, str) or label.strip().upper() not in LABEL_SCORES:
-            raise parsed.fail(where, f"unknown label {label!r}", "use YES, REL or NO (or a score from 1 to 5)")
+            raise parsed.fail(where, f"unknown label {_shown(label)}", "use YES, REL or NO (or a score from 1 to 5)")
         from_label = LABEL_SCORES[label.strip().upper()]
     if score in (None, ""):
         if from_label is None:
@@ -146,23 +188,23 @@ def _score(parsed: _Parsed, where: str, score: Any, label: Any) -> float:
         try:
             score = float(score.strip())
         except ValueError:
-            raise parsed.fail(where, f"score {score!r} is not a number", "use a number from 1 to 5") from None
+            raise parsed.fail(where, f"score {_shown(score)} is not a number", "use a number from 1 to 5") from None
     if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-        raise parsed.fail(where, f"score {score!r} is not a number", "use a number from 1 to 5")
+        raise parsed.fail(where, f"score {_shown(score)} is not a number", "use a number from 1 to 5")
     if not 1.0 <= float(score) <= 5.0:
         raise parsed.fail(where, f"score {score:g} is outside 1-5", "use the 1-5 scale (YES 5, REL 3, NO 1)")
     if from_label is not None and from_label != float(score):
-        raise parsed.fail(where, f"score {score:g} contradicts label {label!r}", "give only one of them")
+        raise parsed.fail(where, f"score {score:g} contradicts label {_shown(label)}", "give only one of them")
     return float(score)
 
 
 def _ticket(parsed: _Parsed, where: str, record: dict, metadata: dict) -> Ticket:
-    """A ticket from a record with our field names; description and solution may be missing (empty)."""
+    """A ticket from a record with our field names; description and solution may be missing (empty); long fields cut."""
+    ticket_id = _ident(parsed, where, record, "id")
     ticket = Ticket(
-        _ident(parsed, where, record, "id"),
-        _text(parsed, where, record, "subject"),
-        _text(parsed, where, record, "description", required=False),
-        _text(parsed, where, record, "solution", required=False),
+        ticket_id,
+        *(parsed.clip("ticket", ticket_id, name, _text(parsed, where, record, name, required=name == "subject"))
+          for name in ("subject", "description", "solution")),
         metadata,
     )
     if not ticket.subject and not ticket.description:
@@ -172,10 +214,11 @@ def _ticket(parsed: _Parsed, where: str, record: dict, metadata: dict) -> Ticket
 
 
 def _query(parsed: _Parsed, where: str, record: dict, prefix: str = "") -> Query:
+    query_id = _ident(parsed, where, record, prefix + "id")
     query = Query(
-        _text(parsed, where, record, prefix + "subject"),
-        _text(parsed, where, record, prefix + "description", required=False),
-        _ident(parsed, where, record, prefix + "id"),
+        parsed.clip("query", query_id, "subject", _text(parsed, where, record, prefix + "subject")),
+        parsed.clip("query", query_id, "description", _text(parsed, where, record, prefix + "description", required=False)),
+        query_id,
     )
     if not query.subject and not query.description:
         raise parsed.fail(where, f"query {query.id!r} has neither subject nor description",
@@ -213,9 +256,9 @@ def _parse_jsonl(parsed: _Parsed, progress: bool) -> None:
     _read_jsonl(parsed, progress, seen)
     if parsed.mapping is not None:
         for name, source in parsed.mapping.items():
-            if source not in seen:
-                raise parsed.fail("every line", f"no record has the field {source!r} (mapped to {name}); the fields "
-                                                f"found are {_names(sorted(seen))}", f"fix the mapping of {name}")
+            if source not in seen:  # every line was a JSON object: its keys are field names, fit to quote
+                raise parsed.fail("every line", f"no record has the field {_shown(source)} (mapped to {name}); the "
+                                                f"fields found are {_names(sorted(seen))}", f"fix the mapping of {name}")
 
 
 def _read_jsonl(parsed: _Parsed, progress: bool, seen: set[str]) -> None:
@@ -230,10 +273,9 @@ def _read_jsonl(parsed: _Parsed, progress: bool, seen: set[str]) -> None:
             if not text:
                 continue
             try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise parsed.fail(where, f"bad JSON ({exc.msg} at column {exc.colno})",
-                                  "write one JSON object per line") from None
+                record = parse_json(text)
+            except InputError as exc:
+                raise parsed.fail(where, str(exc), "fix the line: one UTF-8 JSON object per line") from None
             if not isinstance(record, dict):
                 raise parsed.fail(where, f"a line must hold a JSON object, not {type(record).__name__}")
             if parsed.mapping is not None:  # a mapped export: every record is a ticket
@@ -259,7 +301,7 @@ def _read_jsonl(parsed: _Parsed, progress: bool, seen: set[str]) -> None:
                 parsed.add_pair(LabeledPair(qid, tid, _score(parsed, where, record.get("score"), record.get("label"))),
                                 where, meta)
             else:
-                raise parsed.fail(where, f"unknown record type {kind!r}",
+                raise parsed.fail(where, f"unknown record type {_shown(kind)}",
                                   'set "type" to "ticket", "query" or "pair"')
 
 
@@ -270,34 +312,49 @@ def _names(names: Sequence[str], limit: int = 40) -> str:
     return ", ".join(shown) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def _ticket_columns(parsed: _Parsed, header: Sequence[str]) -> dict[str, int | None]:
+def _found_columns(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """"the columns found are ..." when the file is a valid CSV with a header row (two or more short printable
+    names, and `rows`, the first records, with as many fields); else words that quote nothing, so that a file that
+    is no CSV export (a symlink to a secret, say) is never echoed."""
+    plausible = (len(header) >= 2 and all(len(h) <= 100 and h.isprintable() for h in header)
+                 and all(len(row) == len(header) for row in rows if any(cell.strip() for cell in row)))
+    return f"the columns found are {_names(header)}" if plausible else "the first line is not a CSV header row"
+
+
+def _ticket_columns(parsed: _Parsed, header: Sequence[str], found: str) -> dict[str, int | None]:
     """Our ticket field → its column position in `header` (None: not in the file, the field is empty).
 
     A mapped field takes the column the mapping names (exact name, else the same name ignoring case and
     surrounding white space); an unmapped field takes the column of its own name. The id and a subject or
-    description column are required."""
+    description column are required. `found`: what an error says of the header (`_found_columns`)."""
     exact = {h: i for i, h in enumerate(header)}
     folded = {h.strip().lower(): i for i, h in enumerate(header)}
     mapping = parsed.mapping or {}
     out: dict[str, int | None] = {}
     for name in TICKET_COLUMNS:
-        if name in mapping:
-            column = mapping[name]
-            i = exact.get(column, folded.get(column.strip().lower()))
-            if i is None:
-                raise parsed.fail("line 1", f"no column {column!r} (mapped to {name}); the columns found are "
-                                            f"{_names(header)}", f"fix the mapping of {name}")
-            out[name] = i
-        else:
-            out[name] = folded.get(name)
-        if out[name] is not None and sum(h.strip().lower() == header[out[name]].strip().lower() for h in header) > 1:
-            raise parsed.fail("line 1", f"the column {header[out[name]]!r} (for {name}) appears more than once",
-                              "rename one of them")
+        column = mapping.get(name)
+        out[name] = folded.get(name) if column is None else exact.get(column, folded.get(column.strip().lower()))
+    found = "; " + found
+    for name, column in mapping.items():
+        if out[name] is None:
+            raise parsed.fail("line 1", f"no column {_shown(column)} (mapped to {name}){found}",
+                              f"fix the mapping of {name}")
+    for name, i in out.items():
+        if i is not None and sum(h.strip().lower() == header[i].strip().lower() for h in header) > 1:
+            raise parsed.fail(f"line 1, column {i + 1}", f"the column {_names([header[i]])} (for {name}) appears "
+                                                         "more than once", "rename one of them")
     if out["id"] is None or (out["subject"] is None and out["description"] is None):
         missing = "id" if out["id"] is None else "subject"
-        raise parsed.fail("line 1", f"no column for the ticket {missing}; the columns found are {_names(header)}",
-                          f"map one with --map {missing}=COLUMN")
+        raise parsed.fail("line 1", f"no column for the ticket {missing}{found}", f"map one with --map {missing}=COLUMN")
     return out
+
+
+def _numbered_rows(reader) -> Iterator[tuple[int, list[str]]]:
+    """(first line, row) of every row left in a csv reader (a quoted field may span lines)."""
+    start = reader.line_num + 1
+    for row in reader:
+        yield start, row
+        start = reader.line_num + 1
 
 
 def _parse_csv(parsed: _Parsed, progress: bool) -> None:
@@ -308,26 +365,34 @@ def _parse_csv(parsed: _Parsed, progress: bool) -> None:
             header = next(reader, None)
             if header is None:
                 raise parsed.fail("line 1", "the file is empty", "add a header row and records")
+            rows = _numbered_rows(reader)
+            ahead = list(itertools.islice(rows, 20))  # the first records tell whether the header is a CSV header
+            found = _found_columns(header, (row for _, row in ahead))
             columns = [h.strip().lower() for h in header]
-            if parsed.mapping is None and (len(set(columns)) != len(columns) or "" in columns):
-                raise parsed.fail("line 1", f"the header {_names(header)} has an empty or repeated column name")
             if parsed.mapping is not None or ("id" in columns and ("subject" in columns or "description" in columns)):
                 kind = "tickets"
-                source = _ticket_columns(parsed, header)
             elif all(c in columns for c in PAIR_COLUMNS) and ("score" in columns or "label" in columns):
                 kind = "pairs"
-            else:
-                raise parsed.fail("line 1", f"unrecognised header {_names(header)}",
+            else:  # not quoted: the file may be anything (a symlink to a secret included)
+                raise parsed.fail("line 1", f"unrecognised header ({found})",
                                   "a tickets file needs the columns id and subject (description and solution are "
                                   "optional), or a mapping of yours (--map id=COLUMN --map subject=COLUMN); a pairs "
                                   "file query_id,query_subject,ticket_id (query_description optional) and score or label")
+            if parsed.mapping is None:  # a recognised header: its names may be quoted
+                for i, column in enumerate(columns):
+                    if not column:
+                        raise parsed.fail(f"line 1, column {i + 1}", "the header has an empty column name",
+                                          "name every column")
+                    if columns.index(column) != i:
+                        raise parsed.fail(f"line 1, column {i + 1}", f"the column name {_names([header[i]])} repeats "
+                                                                     f"column {columns.index(column) + 1}",
+                                          "rename one of them")
             if kind == "tickets":  # other columns are metadata (an export's nameless or repeated ones are skipped)
+                source = _ticket_columns(parsed, header, found)
                 used = set(source.values())
                 extra = [i for i, c in enumerate(columns) if i not in used and c and columns.index(c) == i]
-            start = reader.line_num + 1
-            for row in reader:
-                where = f"line {start}"
-                start = reader.line_num + 1
+            for number, row in itertools.chain(ahead, rows):
+                where = f"line {number}"
                 bar.update(raw.tell() - bar.n)
                 if not any(cell.strip() for cell in row):
                     continue
@@ -346,6 +411,9 @@ def _parse_csv(parsed: _Parsed, progress: bool) -> None:
                     score = _score(parsed, where, record.get("score"), record.get("label"))
                     parsed.add_pair(LabeledPair(query.id, tid, score), where)
         except csv.Error as exc:
+            if "field larger than field limit" in str(exc):
+                raise parsed.fail(f"line {reader.line_num}", f"a field has more than {csv.field_size_limit():,} "
+                                                             "characters", "shorten it, or fix the quoting") from None
             raise parsed.fail(f"line {reader.line_num}", f"bad CSV ({exc})", "fix the quoting") from None
         except UnicodeDecodeError as exc:
             raise parsed.fail(f"near line {reader.line_num}", f"not UTF-8 ({exc.reason})",
@@ -366,7 +434,8 @@ def _iterparse(source, events):
 def _semeval_where(element) -> str:
     for attr in ("RELQ_ID", "ORGQ_ID", "THREAD_SEQUENCE"):
         if element.get(attr):
-            return f"element <{element.tag} {attr}=\"{element.get(attr)}\">"
+            value = element.get(attr)
+            return f"element <{element.tag} {attr}=\"{value if len(value) <= 60 else value[:59] + '…'}\">"
     return f"element <{element.tag}>"
 
 
@@ -375,7 +444,12 @@ def _parse_orgquestion(parsed: _Parsed, org) -> None:
     orgq_id = (org.get("ORGQ_ID") or "").strip()
     if not orgq_id:
         raise parsed.fail(where, "OrgQuestion without ORGQ_ID", "every OrgQuestion needs an ORGQ_ID attribute")
-    query = Query((org.findtext("OrgQSubject") or "").strip(), (org.findtext("OrgQBody") or "").strip(), orgq_id)
+    try:
+        check_id(orgq_id, "ORGQ_ID")
+    except InputError as exc:
+        raise parsed.fail(where, str(exc)) from None
+    query = Query(parsed.clip("query", orgq_id, "subject", (org.findtext("OrgQSubject") or "").strip()),
+                  parsed.clip("query", orgq_id, "description", (org.findtext("OrgQBody") or "").strip()), orgq_id)
     if not query.subject and not query.description:
         raise parsed.fail(where, "OrgQuestion has neither OrgQSubject nor OrgQBody text")
     parsed.add_query(query, where)
@@ -387,18 +461,23 @@ def _parse_orgquestion(parsed: _Parsed, org) -> None:
         relq_id = (rel.get("RELQ_ID") or "").strip()
         if not relq_id:
             raise parsed.fail(rwhere + f" under ORGQ_ID {orgq_id!r}", "RelQuestion without RELQ_ID")
+        try:
+            check_id(relq_id, "RELQ_ID")
+        except InputError as exc:
+            raise parsed.fail(rwhere, str(exc)) from None
         rank_text = rel.get("RELQ_RANKING_ORDER")
         try:
             ir_rank = int(rank_text) if rank_text not in (None, "") else None
         except ValueError:
-            raise parsed.fail(rwhere, f"RELQ_RANKING_ORDER {rank_text!r} is not an integer") from None
+            raise parsed.fail(rwhere, f"RELQ_RANKING_ORDER {_shown(rank_text)} is not an integer") from None
         comments = thread.findall("RelComment")
         good = [c for c in comments if c.get("RELC_RELEVANCE2RELQ") == "Good"] or comments
         solution = "\n".join(t for t in ((c.findtext("RelCText") or "").strip() for c in good) if t)
         metadata = {"format": "semeval", "orgq_id": orgq_id, "ir_rank": ir_rank,
                     "category": rel.get("RELQ_CATEGORY", ""), "date": rel.get("RELQ_DATE", "")}
-        ticket = Ticket(relq_id, (rel.findtext("RelQSubject") or "").strip(), (rel.findtext("RelQBody") or "").strip(),
-                        solution, metadata)
+        texts = {"subject": (rel.findtext("RelQSubject") or "").strip(),
+                 "description": (rel.findtext("RelQBody") or "").strip(), "solution": solution}
+        ticket = Ticket(relq_id, *(parsed.clip("ticket", relq_id, k, v) for k, v in texts.items()), metadata)
         if relq_id in parsed.tickets:  # one related question under several originals: one ticket (the first)
             first = parsed.tickets[relq_id]
             if (first.subject, first.description, first.solution) != (ticket.subject, ticket.description,
@@ -411,7 +490,7 @@ def _parse_orgquestion(parsed: _Parsed, org) -> None:
         if label in (None, "", "?"):  # an unlabelled (test) file: tickets and queries, no pair
             continue
         if label not in SEMEVAL_LABELS:
-            raise parsed.fail(rwhere, f"unknown RELQ_RELEVANCE2ORGQ {label!r}",
+            raise parsed.fail(rwhere, f"unknown RELQ_RELEVANCE2ORGQ {_shown(label)}",
                               "use PerfectMatch, Relevant or Irrelevant")
         parsed.add_pair(LabeledPair(orgq_id, relq_id, SEMEVAL_LABELS[label]), rwhere,
                         {"ir_rank": ir_rank, "semeval_label": label})
@@ -438,7 +517,7 @@ def _parse_semeval(parsed: _Parsed, progress: bool) -> None:
             raise parsed.fail(f"line {line}, column {column}", f"bad XML ({exc})",
                               "fix the file or give --format for what it really is") from None
         except DefusedXmlException as exc:
-            raise parsed.fail("the DTD", f"unsafe XML refused ({type(exc).__name__}: {exc})",
+            raise parsed.fail("the DTD", f"unsafe XML refused ({type(exc).__name__})",
                               "remove entity declarations and external references from the file") from None
     if not seen_root or not (parsed.queries or parsed.tickets):
         raise parsed.fail("the root element", "no OrgQuestion element found",
@@ -463,15 +542,39 @@ def detect_format(path: str | Path, fmt: str = "auto") -> str:
     return found
 
 
+def _limits(settings: Settings | None) -> tuple[int, int]:
+    """(longest subject, longest description / solution) of an import: the settings', default from the environment."""
+    settings = settings or Settings.from_env()
+    limits = (settings.max_subject_chars, settings.max_field_chars)
+    for env, value in zip(("TICKETREC_MAX_SUBJECT_CHARS", "TICKETREC_MAX_FIELD_CHARS"), limits):
+        if value < 1:
+            raise InputError(f"{env} must be at least 1, not {value}; fix or unset it")
+    return limits
+
+
+def _warn_cut(parts: Sequence[_Parsed], warn: Warn | None) -> None:
+    """One warning line for the whole import: how many tickets (and queries) had a field cut to the limits."""
+    cut = {kind: set().union(*(p.cut[kind] for p in parts)) for kind in ("ticket", "query")}
+    if not cut["ticket"] and not cut["query"]:
+        return
+    ids = sorted(cut["ticket"] or cut["query"])
+    subject, text = parts[0].limits
+    queries = f" and {len(cut['query'])} queries" if cut["query"] else ""
+    (warn or log.warning)(f"{len(cut['ticket'])} tickets{queries} had a field longer than the import limits (subject "
+                          f"{subject:,}, description or solution {text:,} characters) and were cut to them (ids "
+                          f"{', '.join(_shown(i, 40) for i in ids[:5])}{', ...' if len(ids) > 5 else ''}); raise "
+                          "TICKETREC_MAX_SUBJECT_CHARS / TICKETREC_MAX_FIELD_CHARS to keep more")
+
+
 def _parse(path: str | Path, fmt: str, progress: bool, mapping: ColumnMap | None = None,
-           warn: Warn | None = None) -> _Parsed:
+           warn: Warn | None = None, limits: tuple[int, int] | None = None) -> _Parsed:
     path = Path(path)
     kind = detect_format(path, fmt)
     if not path.is_file():
         raise InputError(f"{path} does not exist or is not a file; check the path")
     if mapping is not None and kind == "semeval":
         raise InputError(f"{path} is SemEval XML, whose fields are fixed; give a column mapping only for CSV or JSONL")
-    parsed = _Parsed(path, mapping=None if mapping is None else check_mapping(mapping))
+    parsed = _Parsed(path, mapping=None if mapping is None else check_mapping(mapping), limits=limits or _limits(None))
     try:
         _PARSERS[kind](parsed, progress)
     except OSError as exc:
@@ -518,26 +621,34 @@ def _merge(parts: Sequence[_Parsed], known_ticket_ids: Iterable[str], known_quer
 
 def load(path: str | Path, fmt: str = "auto", *, progress: bool = False,
          known_ticket_ids: Iterable[str] = (), known_query_ids: Iterable[str] = (),
-         mapping: ColumnMap | None = None, warn: Warn | None = None) -> Dataset:
+         mapping: ColumnMap | None = None, warn: Warn | None = None, settings: Settings | None = None) -> Dataset:
     """Parse and validate one file (JSONL, CSV or SemEval XML) into a Dataset; `InputError` on any bad record.
 
     Pairs may name tickets/queries in `known_*` (e.g. the store's) besides those of the file. `mapping` reads a
     help desk's export of tickets (CSV or JSONL with its own column names, see `check_mapping`); `warn` gets the
-    one-line warnings (default: the log).
+    one-line warnings (default: the log). Fields longer than `settings.max_subject_chars` (subjects) or
+    `settings.max_field_chars` (descriptions, solutions) are cut to that length, and one warning line says how many
+    tickets were cut (`settings` default: `Settings.from_env()`).
     """
-    return _merge([_parse(path, fmt, progress, mapping, warn)], known_ticket_ids, known_query_ids)
+    return load_many([path], fmt, progress=progress, known_ticket_ids=known_ticket_ids,
+                     known_query_ids=known_query_ids, mapping=mapping, warn=warn, settings=settings)
 
 
 def load_many(paths: Sequence[str | Path], fmt: str = "auto", *, progress: bool = False,
               known_ticket_ids: Iterable[str] = (), known_query_ids: Iterable[str] = (),
-              mapping: ColumnMap | None = None, warn: Warn | None = None) -> Dataset:
+              mapping: ColumnMap | None = None, warn: Warn | None = None, settings: Settings | None = None) -> Dataset:
     """Parse and validate several files and merge them (a later file's record replaces an earlier one's);
-    a pair may name a ticket or query of any of the files. `mapping` and `warn` as in `load` (for every file)."""
+    a pair may name a ticket or query of any of the files. `mapping`, `warn` and `settings` as in `load` (for
+    every file; one warning line for the fields cut in all of them)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     if not paths:
         raise InputError("no input file given; name at least one JSONL, CSV or SemEval XML file")
-    return _merge([_parse(p, fmt, progress, mapping, warn) for p in paths], known_ticket_ids, known_query_ids)
+    limits = _limits(settings)
+    parts = [_parse(p, fmt, progress, mapping, warn, limits) for p in paths]
+    dataset = _merge(parts, known_ticket_ids, known_query_ids)
+    _warn_cut(parts, warn)
+    return dataset
 
 
 # -- column mappings ------------------------------------------------------------------------------------------------
@@ -556,39 +667,68 @@ def check_mapping(mapping: ColumnMap) -> dict[str, str]:
     return out
 
 
+def _mapping_item(item: str) -> tuple[str, str] | None:
+    """(field, column) of one `field=Column` string, the column's quotes removed; None without "="."""
+    key, sep, column = str(item).partition("=")
+    if not sep:
+        return None
+    column = column.strip()
+    if len(column) >= 2 and column[0] == column[-1] and column[0] in "\"'":  # id="Issue id" in a file
+        column = column[1:-1]
+    return key.strip(), column
+
+
 def parse_mapping(items: Iterable[str]) -> dict[str, str]:
-    """A mapping from `key=Column` strings (the CLI's `--map`, a mapping file's lines)."""
+    """A mapping from `key=Column` strings (the CLI's `--map`; the user's own words, so quoted in errors)."""
     out: dict[str, str] = {}
     for item in items:
-        key, sep, column = str(item).partition("=")
-        if not sep:
-            raise InputError(f"cannot read the mapping {item!r}; write FIELD=COLUMN, e.g. subject=Summary")
-        column = column.strip()
-        if len(column) >= 2 and column[0] == column[-1] and column[0] in "\"'":  # id="Issue id" in a file
-            column = column[1:-1]
-        out[key.strip()] = column
+        pair = _mapping_item(item)
+        if pair is None:
+            raise InputError(f"cannot read the mapping {_shown(item)}; write FIELD=COLUMN, e.g. subject=Summary")
+        out[pair[0]] = pair[1]
     return check_mapping(out)
 
 
 def read_mapping(path: str | Path) -> dict[str, str]:
-    """A mapping file: a JSON object {"id": "Issue id", ...}, or one `field=Column` per line (# comments)."""
+    """A mapping file: a JSON object {"id": "Issue id", ...}, or one `field=Column` per line (# comments).
+
+    Errors name the line (or key) but never quote the file, which may be anything the user pointed at."""
     path = Path(path)
+    todo = 'write FIELD=COLUMN lines (e.g. subject=Summary) or one JSON object {"id": "COLUMN", ...}'
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with open(path, "rb") as fh:
+            raw = fh.read(_MAPPING_FILE_BYTES + 1)
+        if len(raw) > _MAPPING_FILE_BYTES:
+            raise InputError(f"{path} is longer than {_MAPPING_FILE_BYTES // 1024} KiB, too long for a mapping file; "
+                             f"check the path ({todo})")
+        text = raw.decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the mapping file {path}: {getattr(exc, 'strerror', None) or exc}; "
-                         "check the path (a UTF-8 text file)") from exc
+        reason = (exc.strerror or exc) if isinstance(exc, OSError) else f"not UTF-8, {exc.reason}"
+        raise InputError(f"cannot read the mapping file {path}: {reason}; "
+                         "check the path (a UTF-8 text file)") from None
     if text.lstrip().startswith("{"):
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}: bad JSON ({exc.msg} at line {exc.lineno}); write one object "
-                             '{"id": "COLUMN", "subject": "COLUMN", ...}') from None
+            data = parse_json(text)
+        except InputError as exc:
+            raise InputError(f"{path}: {exc}; {todo}") from None
         if not isinstance(data, dict):
-            raise InputError(f"{path}: the mapping must be a JSON object of field → column")
+            raise InputError(f"{path}: the mapping must be a JSON object of field → column; {todo}")
+        for n, (key, column) in enumerate(data.items(), 1):
+            if str(key).strip().lower() not in TICKET_COLUMNS or not isinstance(column, str):
+                raise InputError(f"{path}: entry {n} of the object is not a ticket field ({', '.join(TICKET_COLUMNS)}) "
+                                 f"mapped to a column name; {todo}")
         return check_mapping(data)
-    lines = [line.strip() for line in text.splitlines()]
-    return parse_mapping(line for line in lines if line and not line.startswith("#"))
+    out: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        pair = _mapping_item(line)
+        if pair is None or pair[0].lower() not in TICKET_COLUMNS:
+            raise InputError(f"{path}, line {n}: not a FIELD=COLUMN line with FIELD one of {', '.join(TICKET_COLUMNS)}; "
+                             f"{todo}")
+        out[pair[0]] = pair[1]
+    return check_mapping(out)
 
 
 # -- duplicate links ------------------------------------------------------------------------------------------------
@@ -628,13 +768,11 @@ def load_links(path: str | Path, columns: Sequence[str] | None = None, *, known_
         if len(columns) != 2:
             raise InputError(f"name exactly two link columns, not {len(columns)}")
         folded = {h.lower(): i for i, h in enumerate(header)}
-        at = []
-        for column in columns:
-            i = folded.get(str(column).strip().lower())
+        at = [folded.get(str(column).strip().lower()) for column in columns]
+        for column, i in zip(columns, at):
             if i is None:
-                raise InputError(f"{path}: no column {column!r}; the columns found are {_names(header)}; "
-                                 "name two of them")
-            at.append(i)
+                raise InputError(f"{path}, line 1: no column {_shown(column)}; {_found_columns(rows[0], rows[1:21])}; "
+                                 "name two columns of its header")
         body = rows[1:]
     else:
         if len(header) < 2:

@@ -72,8 +72,28 @@ CREATE TRIGGER IF NOT EXISTS tickets_au AFTER UPDATE ON tickets BEGIN
 END;
 """
 
+#: Version 2 (issue 14): engineers' accounts, their API tokens (only a SHA-256 of each is kept), and who gave
+#: each feedback row ('' for rows given before accounts existed, or while there were none).
+_V2 = """
+CREATE TABLE users (
+    name TEXT PRIMARY KEY,
+    password_hash TEXT NOT NULL,  -- werkzeug.security (scrypt)
+    created_at REAL NOT NULL
+);
+CREATE TABLE api_tokens (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    user_name TEXT NOT NULL REFERENCES users(name) ON DELETE CASCADE,
+    token_sha256 TEXT NOT NULL UNIQUE,
+    scope TEXT NOT NULL DEFAULT 'write' CHECK (scope IN ('read', 'write')),
+    created_at REAL NOT NULL,
+    revoked_at REAL
+);
+CREATE INDEX api_tokens_user ON api_tokens(user_name);
+ALTER TABLE feedback ADD COLUMN user_name TEXT NOT NULL DEFAULT '';
+"""
+
 #: The migrations, in order: MIGRATIONS[i] brings version i to version i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1,)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
 
 def schema_version() -> int:

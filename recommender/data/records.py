@@ -1,12 +1,93 @@
-"""Plain records that flow through ticketrec: tickets, queries, labelled pairs, recommendations."""
+"""Plain records that flow through ticketrec (tickets, queries, labelled pairs, recommendations), and the checks
+every text from outside passes before it becomes one: Unicode text (no lone surrogate), bounded ids, strict JSON."""
 from __future__ import annotations
 
+import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..errors import InputError
 
 #: The paper's 1–5 relatedness scale.
 YES, REL, NO = 5.0, 3.0, 1.0
 LABEL_SCORES = {"YES": YES, "REL": REL, "NO": NO}
+
+#: Longest ticket or query id, in characters.
+MAX_ID_CHARS = 200
+#: Deepest nesting of JSON arrays and objects accepted (a record needs 3: line, metadata, a list in it).
+MAX_JSON_DEPTH = 64
+#: Most digits of a JSON number (a longer one is refused before Python converts it; give long ids as strings).
+MAX_JSON_DIGITS = 100
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_text(value: str, what: str, todo: str | None = "send UTF-8 text") -> str:
+    """`value` unchanged when it is Unicode text; InputError naming `what` when it holds a lone surrogate (U+D800 to
+    U+DFFF: e.g. a JSON escape like \\ud800 or undecodable command-line bytes), which no UTF-8 file, database or page
+    can hold. The message (`todo` appended) never repeats the text."""
+    if not value.isascii():
+        found = _SURROGATE.search(value)
+        if found is not None:
+            raise InputError(f"{what} holds a lone surrogate (U+{ord(found.group()):04X} at character {found.start() + 1}), "
+                             f"which is not Unicode text{'; ' + todo if todo else ''}")
+    return value
+
+
+def check_id(value: str, what: str = "the id") -> str:
+    """`value` when it is a usable ticket or query id (Unicode text of at most MAX_ID_CHARS characters); InputError
+    otherwise (the message never repeats a long id)."""
+    if len(value) > MAX_ID_CHARS:
+        raise InputError(f"{what} has {len(value):,} characters; ids have at most {MAX_ID_CHARS}")
+    return check_text(value, what)
+
+
+def _json_int(digits: str) -> int:
+    if len(digits) > MAX_JSON_DIGITS + 1:
+        raise InputError(f"a JSON number has {len(digits.lstrip('-')):,} digits, more than {MAX_JSON_DIGITS} (write "
+                         "long ids as strings)")
+    return int(digits)
+
+
+def _json_float(text: str) -> float:
+    if len(text) > MAX_JSON_DIGITS + 10:
+        raise InputError(f"a JSON number has {len(text):,} characters, more than {MAX_JSON_DIGITS}")
+    value = float(text)
+    if not math.isfinite(value):
+        raise InputError(f"the JSON number {text[:20]} is out of range")
+    return value
+
+
+def _json_constant(name: str) -> Any:
+    raise InputError(f"{name} is not a JSON value (give a number or null)")
+
+
+def parse_json(text: str | bytes) -> Any:
+    """One JSON document, strictly: InputError (a one-line reason) for bad JSON, NaN/Infinity, numbers of more than
+    MAX_JSON_DIGITS digits, nesting deeper than MAX_JSON_DEPTH and lone surrogates in any string or key."""
+    try:
+        value = json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+    except RecursionError:
+        raise InputError(f"the JSON is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"bad JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"the JSON is not UTF-8 ({exc.reason})") from None
+    stack = [(value, 1)]  # walk without recursion: depth, and every string and key
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            check_text(item, "a JSON string", todo=None)
+        elif isinstance(item, (list, dict)):
+            if depth > MAX_JSON_DEPTH:
+                raise InputError(f"the JSON is nested deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(item, dict):
+                stack.extend((key, depth) for key in item)
+                item = item.values()
+            stack.extend((child, depth + 1) for child in item)
+    return value
 
 
 @dataclass
@@ -27,6 +108,13 @@ class Query:
     subject: str
     description: str
     id: str | None = None
+
+    def __post_init__(self) -> None:
+        """InputError for a subject or description that is not Unicode text (`check_text`)."""
+        for name in ("subject", "description"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                check_text(value, f"the {name}")
 
 
 @dataclass

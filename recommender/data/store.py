@@ -1,10 +1,14 @@
-"""The SQLite store: tickets, queries, labelled pairs, feedback, and the FTS5 table the BM25 pre-filter reads.
+"""The SQLite store: tickets, queries, labelled pairs, feedback, and the FTS5 table the BM25 pre-filter reads;
+also the engineers' accounts and API tokens of the web app.
 
 Every write runs in one transaction, so a failed import leaves the database exactly as it was.
 """
 from __future__ import annotations
 
+import functools
 import json
+import re
+import secrets
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -51,6 +55,66 @@ class Feedback:
     index_version: str = ""
     created_at: float = 0.0
     id: int | None = None
+    #: Who gave it: the signed-in user or the API token's owner ('' when the app had no accounts).
+    user_name: str = ""
+
+
+#: A user name: a letter or digit, then up to 63 letters, digits or . _ @ -
+USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+#: Shortest accepted password, in characters.
+MIN_PASSWORD = 8
+#: What every API token starts with (so a leaked one is recognisable, e.g. by secret scanners).
+TOKEN_PREFIX = "trk_"
+TOKEN_SCOPES = ("read", "write")
+
+
+@dataclass(frozen=True)
+class User:
+    """An engineer's account (the password hash stays in the store)."""
+
+    name: str
+    created_at: float
+    tokens: int = 0  # live API tokens
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """An API token as listed: never the token itself, which is shown once when created."""
+
+    id: int
+    user_name: str
+    scope: str  # read | write
+    created_at: float
+    revoked_at: float | None = None
+
+
+def token_sha256(token: str) -> str:
+    """What the store keeps of an API token (tokens are 256 random bits: a plain SHA-256 is enough)."""
+    import hashlib
+
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@functools.cache
+def _dummy_password_hash() -> str:
+    """A hash checked against when the user is unknown, so that a wrong name takes as long as a wrong password."""
+    from werkzeug.security import generate_password_hash
+
+    return generate_password_hash(secrets.token_hex(16), method="scrypt")
+
+
+def check_user_name(name: str) -> str:
+    """`name` when it is a valid user name (`USER_NAME`), else InputError saying what is allowed."""
+    if not isinstance(name, str) or not USER_NAME.fullmatch(name):
+        raise InputError(f"{name!r} is not a valid user name: use 1-64 letters, digits or . _ @ - "
+                         "(starting with a letter or digit)")
+    return name
+
+
+def _check_password(password: str) -> str:
+    if not isinstance(password, str) or len(password) < MIN_PASSWORD:
+        raise InputError(f"a password needs at least {MIN_PASSWORD} characters; choose a longer one")
+    return password
 
 
 def query_key(subject: str, description: str) -> str:
@@ -70,8 +134,29 @@ def _with_ids(records: Iterable, kind: str, source: str) -> Iterator:
         yield record
 
 
+#: SQLite's primary result codes that mean "another connection holds a lock on it" (SQLITE_BUSY, SQLITE_LOCKED).
+_LOCKED_CODES = (5, 6)
+
+
+def _locked(exc: sqlite3.Error) -> bool:
+    """Whether SQLite failed because another connection holds a lock (not because the file is damaged)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and (code & 0xFF) in _LOCKED_CODES
+
+
+def _locked_error(path: Path, exc: sqlite3.Error, waited: float) -> TicketrecError:
+    name = getattr(exc, "sqlite_errorname", "SQLITE_BUSY")
+    return TicketrecError(f"the database {path} is locked ({name}: {exc}, still after {waited:g} s): another "
+                          "process holds its write lock: another ticketrec process writing (an import, a migration, "
+                          "feedback) or a tool such as the sqlite3 shell with a transaction open; retry when it "
+                          "finishes")
+
+
 class Store:
     """The SQLite database of one ticketrec home."""
+
+    #: Seconds a statement waits for another connection's lock before the store says the database is locked.
+    busy_timeout: float = 30.0
 
     def __init__(self, path: str | Path, clock: Callable[[], float] = time.time):
         """`clock` gives the timestamps of imports and feedback (seconds since the epoch); tests pass their own."""
@@ -86,7 +171,7 @@ class Store:
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
             try:
-                conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+                conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
             except sqlite3.Error as exc:
                 raise TicketrecError(f"cannot open the database {self.path}: {exc}") from exc
             conn.row_factory = sqlite3.Row
@@ -111,7 +196,12 @@ class Store:
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any exception (also KeyboardInterrupt)."""
         conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if _locked(exc):
+                raise _locked_error(self.path, exc, self.busy_timeout) from exc
+            raise
         try:
             yield conn
         except BaseException:
@@ -125,6 +215,8 @@ class Store:
         try:
             migrate(self.conn, self.path)
         except sqlite3.DatabaseError as exc:
+            if _locked(exc):
+                raise _locked_error(self.path, exc, self.busy_timeout) from exc
             raise TicketrecError(f"{self.path} is not a usable ticketrec database ({exc}); move it away or set TICKETREC_DB") from exc
 
     @property
@@ -182,11 +274,11 @@ class Store:
         with self.transaction() as conn:
             cur = conn.execute(
                 "INSERT INTO feedback (query_key, query_subject, query_description, ticket_id, label, score, "
-                "model_version, index_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "model_version, index_version, created_at, user_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     query_key(fb.query_subject, fb.query_description), fb.query_subject, fb.query_description,
                     fb.ticket_id, fb.label, LABEL_SCORES[fb.label], fb.model_version, fb.index_version,
-                    fb.created_at or self.clock(),
+                    fb.created_at or self.clock(), fb.user_name,
                 ),
             )
             return int(cur.lastrowid)
@@ -246,7 +338,7 @@ class Store:
             sql, args = sql + " WHERE query_key = ?", (key,)
         return [
             Feedback(r["query_subject"], r["query_description"], r["ticket_id"], r["label"], r["model_version"],
-                     r["index_version"], r["created_at"], r["id"])
+                     r["index_version"], r["created_at"], r["id"], r["user_name"])
             for r in self.conn.execute(sql + " ORDER BY id", args)
         ]
 
@@ -263,3 +355,99 @@ class Store:
     def last_update(self) -> float:
         """Time of the newest ticket change (0 for an empty store)."""
         return float(self.conn.execute("SELECT COALESCE(MAX(updated_at), 0) FROM tickets").fetchone()[0])
+
+    # -- accounts and API tokens (issue 14) ----------------------------------
+    def add_user(self, name: str, password: str) -> User:
+        """Create an account; the password is kept as a werkzeug scrypt hash. InputError when the name is taken."""
+        from werkzeug.security import generate_password_hash
+
+        check_user_name(name)
+        password_hash = generate_password_hash(_check_password(password), method="scrypt")
+        now = self.clock()
+        with self.transaction() as conn:
+            if conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
+                raise InputError(f"there is already a user {name!r}; `ticketrec user passwd {name}` changes the "
+                                 "password")
+            conn.execute("INSERT INTO users (name, password_hash, created_at) VALUES (?, ?, ?)",
+                         (name, password_hash, now))
+        return User(name, now)
+
+    def set_password(self, name: str, password: str) -> None:
+        """Replace a user's password (the sessions signed in with the old one end)."""
+        from werkzeug.security import generate_password_hash
+
+        password_hash = generate_password_hash(_check_password(password), method="scrypt")
+        with self.transaction() as conn:
+            if conn.execute("UPDATE users SET password_hash = ? WHERE name = ?", (password_hash, name)).rowcount == 0:
+                raise InputError(f"there is no user {name!r}; `ticketrec user list` shows them")
+
+    def remove_user(self, name: str) -> int:
+        """Delete an account and its API tokens (its feedback keeps the name); returns how many tokens went."""
+        with self.transaction() as conn:
+            tokens = conn.execute("SELECT COUNT(*) FROM api_tokens WHERE user_name = ? AND revoked_at IS NULL",
+                                  (name,)).fetchone()[0]
+            if conn.execute("DELETE FROM users WHERE name = ?", (name,)).rowcount == 0:
+                raise InputError(f"there is no user {name!r}; `ticketrec user list` shows them")
+        return int(tokens)
+
+    def users(self) -> list[User]:
+        """Every account, by name, with its count of live API tokens."""
+        rows = self.conn.execute(
+            "SELECT u.name, u.created_at, COUNT(t.id) AS tokens FROM users u LEFT JOIN api_tokens t "
+            "ON t.user_name = u.name AND t.revoked_at IS NULL GROUP BY u.name ORDER BY u.name")
+        return [User(r["name"], r["created_at"], r["tokens"]) for r in rows]
+
+    def has_users(self) -> bool:
+        """Whether any account exists (with none, the web app is open as before accounts existed)."""
+        return self.conn.execute("SELECT 1 FROM users LIMIT 1").fetchone() is not None
+
+    def check_password(self, name: str, password: str) -> bool:
+        """Whether `password` is `name`'s; an unknown name costs the same hashing time as a wrong password."""
+        from werkzeug.security import check_password_hash
+
+        row = self.conn.execute("SELECT password_hash FROM users WHERE name = ?", (name,)).fetchone()
+        ok = check_password_hash(row[0] if row else _dummy_password_hash(), password)
+        return ok and row is not None
+
+    def user_stamp(self, name: str) -> str | None:
+        """A short fingerprint of the user's password hash (a session keeps it: a new password ends old sessions),
+        or None when there is no such user."""
+        row = self.conn.execute("SELECT password_hash FROM users WHERE name = ?", (name,)).fetchone()
+        return None if row is None else token_sha256(row[0])[:16]
+
+    def create_token(self, user_name: str, scope: str = "write") -> tuple[ApiToken, str]:
+        """A new API token of `user_name`: (its record, the token). Only its SHA-256 is stored: show it once."""
+        if scope not in TOKEN_SCOPES:
+            raise InputError(f"a token's scope is read or write, not {scope!r}")
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        now = self.clock()
+        with self.transaction() as conn:
+            if not conn.execute("SELECT 1 FROM users WHERE name = ?", (user_name,)).fetchone():
+                raise InputError(f"there is no user {user_name!r}; create it first with `ticketrec user add "
+                                 f"{user_name}`")
+            cur = conn.execute("INSERT INTO api_tokens (user_name, token_sha256, scope, created_at) VALUES (?, ?, ?, ?)",
+                               (user_name, token_sha256(token), scope, now))
+        return ApiToken(int(cur.lastrowid), user_name, scope, now), token
+
+    def tokens(self) -> list[ApiToken]:
+        """Every API token ever created (revoked ones too), oldest first."""
+        return [ApiToken(r["id"], r["user_name"], r["scope"], r["created_at"], r["revoked_at"])
+                for r in self.conn.execute("SELECT * FROM api_tokens ORDER BY id")]
+
+    def revoke_token(self, token_id: int) -> ApiToken:
+        """Revoke a token by its id (`tokens()`); it is refused from then on."""
+        with self.transaction() as conn:
+            row = conn.execute("SELECT * FROM api_tokens WHERE id = ?", (token_id,)).fetchone()
+            if row is None:
+                raise InputError(f"there is no API token {token_id}; `ticketrec token list` shows them")
+            if row["revoked_at"] is not None:
+                raise InputError(f"API token {token_id} is already revoked")
+            now = self.clock()
+            conn.execute("UPDATE api_tokens SET revoked_at = ? WHERE id = ?", (now, token_id))
+        return ApiToken(row["id"], row["user_name"], row["scope"], row["created_at"], now)
+
+    def token_owner(self, token: str) -> tuple[str, str] | None:
+        """(user name, scope) of a live (not revoked) API token, or None."""
+        row = self.conn.execute("SELECT user_name, scope FROM api_tokens WHERE token_sha256 = ? AND revoked_at IS NULL",
+                                (token_sha256(token),)).fetchone()
+        return None if row is None else (row[0], row[1])

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..data.importers import csv_cell
 from ..files import atomic_write_bytes, atomic_write_text
 
 #: (key in a row's metrics, column header, format) — the columns of the Table 5 analogue.
@@ -66,8 +67,8 @@ def results_csv(results: dict) -> str:
             if split not in r:
                 continue
             spread = r.get(f"{split}_spread", {})
-            w.writerow([r["name"], r.get("paper_row", ""), split, len(r.get("seeds", []))]
-                       + [r[split].get(k, "") for k in keys] + [spread.get(k, "") for k in keys])
+            w.writerow([csv_cell(v) for v in [r["name"], r.get("paper_row", ""), split, len(r.get("seeds", []))]
+                        + [r[split].get(k, "") for k in keys] + [spread.get(k, "") for k in keys]])
     return out.getvalue()
 
 

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -35,6 +36,10 @@ from .vocab import RESERVED, Vocabulary
 FORMAT_VERSION = 1
 EncodedBatch = dict  # dict[str, np.ndarray]: "COMP.channel" → float32 [n, d]
 _WORDS_KEY = "embedder.words.weight"  # stored in word2vec.npy, not in weights.pt
+#: Characters of one field (subject, description, solution) the encoders read, its first ones: far more than any
+#: channel uses (the LSTM and SumEMB read `max_len` tokens, DocNADE its `max_doc_words`, the S encoder 256 word
+#: pieces), so tokenising a huge text stays bounded work and never changes a vector of an ordinary one.
+MAX_TEXT_CHARS = 100_000
 
 
 @dataclass
@@ -48,11 +53,21 @@ class Prepared:
         return [self.tokens[i] for i in idx], {k: v[np.asarray(idx, dtype=np.int64)] for k, v in self.extras.items()}
 
 
-def topic_documents(token_lists: Sequence[Sequence[str]], topic_vocab: Vocabulary) -> list[list[int]]:
-    """Bag-of-words documents for DocNADE: ids in the topic vocabulary (0-based, reserved ids removed); other words dropped."""
+def topic_documents(token_lists: Sequence[Sequence[str]], topic_vocab: Vocabulary,
+                    max_words: int | None = None) -> list[list[int]]:
+    """Bag-of-words documents for DocNADE: ids in the topic vocabulary (0-based, reserved ids removed); other words
+    dropped; each cut to its first `max_words` ids when given."""
     offset = len(RESERVED)
-    return [[topic_vocab.index[t] - offset for t in tokens if t in topic_vocab.index and topic_vocab.index[t] >= offset]
+    docs = [[topic_vocab.index[t] - offset for t in tokens if t in topic_vocab.index and topic_vocab.index[t] >= offset]
             for tokens in token_lists]
+    return docs if max_words is None else [doc[:max_words] for doc in docs]
+
+
+def bounded(item: Query | Ticket) -> Query | Ticket:
+    """`item` itself, or a copy whose subject, description and solution are cut to MAX_TEXT_CHARS characters."""
+    long = {name: value[:MAX_TEXT_CHARS] for name in ("subject", "description", "solution")
+            if len(value := getattr(item, name, None) or "") > MAX_TEXT_CHARS}
+    return dataclasses.replace(item, **long) if long else item
 
 
 def build_topic_vocab(token_lists: Sequence[Sequence[str]], size: int) -> Vocabulary:
@@ -130,6 +145,7 @@ class TicketModel:
     def prepare(self, items: Sequence[Query] | Sequence[Ticket], side: str, progress: bool = False) -> Prepared:
         """Component tokens and the precomputed T and S vectors of queries (side="query") or tickets ("ticket")."""
         make = self.featurizer.query_tokens if side == "query" else self.featurizer.ticket_tokens
+        items = [bounded(x) for x in items]  # bounded work and memory whatever the text (MAX_TEXT_CHARS)
         tokens = [make(x) for x in tqdm(items, desc=f"tokenising {side}s", disable=not progress, leave=False)]
         extras: dict[str, np.ndarray] = {}
         comps = list(tokens[0].keys()) if tokens else (
@@ -137,7 +153,7 @@ class TicketModel:
         channels = self.siamese_config.active_channels
         if "T" in channels:
             for comp in comps:
-                docs = topic_documents([t[comp] for t in tokens], self.topic_vocab)
+                docs = topic_documents([t[comp] for t in tokens], self.topic_vocab, self.topic_model.max_doc_words)
                 extras[f"{comp}.T"] = (np.asarray(self.topic_model.transform(docs), dtype=np.float32) if docs
                                        else np.zeros((0, self.siamese_config.topics), dtype=np.float32))
         if "S" in channels:

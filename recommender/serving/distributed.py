@@ -2,14 +2,16 @@
 
 It sends tasks by name ("ticketrec.score_shard", ...) and never imports `workers/` (arrows point one way).
 Every failure — broker unreachable, no worker, deadline passed, a shard that errs — becomes
-`ServiceUnavailable`, which the engine answers by scoring in-process.
+`ServiceUnavailable`, which the engine answers by scoring in-process; its `CircuitBreaker` then keeps queries off
+the broker for TICKETREC_BROKER_RETRY_AFTER seconds before one query tries the workers again. A dead Redis costs
+one refused connection (or CONNECT_TIMEOUT), never Celery's retries (`client_config`).
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -26,8 +28,15 @@ _clients: dict[str, object] = {}
 _clients_lock = threading.Lock()
 
 
+#: Seconds to open a TCP connection to Redis before it counts as unreachable (client and workers).
+CONNECT_TIMEOUT = 0.5
+#: Seconds a client waits on an open Redis connection (a hung server) before giving up.
+CLIENT_SOCKET_TIMEOUT = 5.0
+
+
 def celery_config(broker_url: str) -> dict:
-    """Celery settings shared by the client and the workers: Redis broker and backend, JSON, fail fast."""
+    """Celery settings shared by the client and the workers: Redis broker and backend, JSON, short connect
+    timeouts. How each side retries is its own: `client_config` here, `workers.celery_app` for the workers."""
     return {
         "broker_url": broker_url,
         "result_backend": broker_url,
@@ -35,14 +44,30 @@ def celery_config(broker_url: str) -> dict:
         "result_serializer": "json",
         "accept_content": ["json"],
         "result_expires": 3600,
-        "broker_connection_retry": False,
-        "broker_connection_retry_on_startup": True,
-        "broker_connection_timeout": 2.0,
-        "broker_transport_options": {"socket_connect_timeout": 2.0, "socket_timeout": 10.0},
-        "redis_socket_connect_timeout": 2.0,
+        "broker_connection_timeout": CONNECT_TIMEOUT,
+        "broker_transport_options": {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": 10.0},
+        "redis_socket_connect_timeout": CONNECT_TIMEOUT,
         "redis_socket_timeout": 10.0,
-        "task_publish_retry": False,
     }
+
+
+def client_config(broker_url: str) -> dict:
+    """`celery_config` for the side that sends tasks (web, CLI): one connection attempt per call, no retry, so a
+    dead Redis costs a refused connection (or CONNECT_TIMEOUT), not Celery's default ~20 one-second retries of the
+    result backend; the engine's circuit breaker then keeps queries off the broker for a while."""
+    conf = celery_config(broker_url)
+    conf.update({
+        "broker_connection_retry": False,
+        "broker_connection_retry_on_startup": False,
+        "broker_connection_max_retries": 0,
+        "broker_transport_options": {"socket_connect_timeout": CONNECT_TIMEOUT,
+                                     "socket_timeout": CLIENT_SOCKET_TIMEOUT},
+        "redis_socket_timeout": CLIENT_SOCKET_TIMEOUT,
+        "redis_retry_on_timeout": False,
+        "result_backend_transport_options": {"retry_policy": {"max_retries": 0}},
+        "task_publish_retry": False,
+    })
+    return conf
 
 
 def celery_client(broker_url: str):
@@ -50,10 +75,13 @@ def celery_client(broker_url: str):
     with _clients_lock:
         app = _clients.get(broker_url)
         if app is None:
-            from celery import Celery
+            # celery resolves its names lazily, and not thread-safely: first resolve them here, under the lock
+            # (8 threads of a fresh process importing `group` at once failed with ImportError)
+            from celery import Celery, group  # noqa: F401
+            from celery.exceptions import TimeoutError  # noqa: F401
 
             app = Celery("ticketrec-client", set_as_current=False)
-            app.conf.update(celery_config(broker_url))
+            app.conf.update(client_config(broker_url))
             _clients[broker_url] = app
         return app
 
@@ -81,10 +109,10 @@ def score_on_workers(settings: Settings, index_version: str, query_vecs: Mapping
     n_shards = max(1, n_shards or settings.shards)
     deadline = settings.query_deadline if deadline is None else deadline
     started = time.monotonic()
+    app = celery_client(settings.broker_url)  # first: it resolves celery's names under a lock
     from celery import group
     from celery.exceptions import TimeoutError as CeleryTimeout
 
-    app = celery_client(settings.broker_url)
     rows_list = None if rows is None else np.asarray(rows, dtype=np.int64).tolist()
     bm25_list = None if bm25 is None else np.asarray(bm25, dtype=np.float32).tolist()
     bm25_max = None if bm25 is None or len(bm25_list) == 0 else float(max(bm25_list))
@@ -105,8 +133,13 @@ def score_on_workers(settings: Settings, index_version: str, query_vecs: Mapping
                                  f"(none running, or overloaded)") from None
     except Exception as exc:  # kombu/redis connection errors, a shard's own error
         _abandon(result, revoke=False)
+        lost = connection_error(exc)
+        if lost is not None:
+            _unsubscribe_all(app)
+            raise ServiceUnavailable(f"broker unreachable at {_safe_url(settings.broker_url)} "
+                                     f"({_one_line(lost)})") from exc
         raise ServiceUnavailable(f"distributed scoring failed via {_safe_url(settings.broker_url)}: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+                                 f"{type(exc).__name__}: {_one_line(exc)}") from exc
     merged: list[tuple[str, float, float | None]] = []
     for part in parts:
         if part.get("index_version") != index_version:
@@ -114,7 +147,7 @@ def score_on_workers(settings: Settings, index_version: str, query_vecs: Mapping
         bm = part.get("bm25") or [None] * len(part["ids"])
         merged.extend(zip(part["ids"], part["scores"], bm))
     merged.sort(key=lambda item: -item[1])
-    result.forget()
+    _abandon(result, revoke=False)  # drop the stored results (the answer is in hand even if Redis just died)
     return merged[:k]
 
 
@@ -139,6 +172,120 @@ def _abandon(result, revoke: bool = True) -> None:
         result.forget()
     except Exception:  # the broker may be the thing that failed
         pass
+
+
+def _unsubscribe_all(app) -> None:
+    """After the result backend's connection died: forget its pub/sub subscriptions, so that the AsyncResults
+    of the failed query, when garbage-collected, do not try to unsubscribe over the dead connection (a traceback
+    each in the log); a new connection subscribes afresh."""
+    consumer = getattr(app.backend, "result_consumer", None)
+    subscribed = getattr(consumer, "subscribed_to", None)
+    if isinstance(subscribed, set):
+        subscribed.clear()
+
+
+def connection_error(exc: BaseException | None) -> BaseException | None:
+    """The connection failure behind `exc` (refused, timed out, reset: redis-py's or the socket's), or None when
+    `exc` is something else (a shard's own error, a timeout waiting for workers)."""
+    from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeout
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (RedisConnectionError, RedisTimeout, OSError)):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class CircuitBreaker:
+    """Whether queries may go to the Celery workers: closed (yes) → open after a failure (no: in-process, for
+    `backoff` seconds) → half-open (one query tries the workers) → closed when it succeeds, open again when not.
+
+    Thread-safe; `clock` (monotonic seconds) and `wall` (epoch seconds, for "since HH:MM:SS") can be replaced.
+    """
+
+    CLOSED, OPEN, HALF_OPEN = "closed", "open", "half-open"
+
+    def __init__(self, backoff: float, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time):
+        self.backoff = float(backoff)
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._open = False
+        self._retry_at = 0.0
+        self._trial = False  # the half-open trial is under way
+        self._since: float | None = None  # wall time of the failure that opened the circuit
+        self._failure: str | None = None  # the latest failure
+
+    @property
+    def state(self) -> str:
+        """closed, open (within the back-off) or half-open (the back-off is over: the next query tries)."""
+        with self._lock:
+            return self._state()
+
+    def _state(self) -> str:
+        if not self._open:
+            return self.CLOSED
+        return self.HALF_OPEN if self._clock() >= self._retry_at else self.OPEN
+
+    def allow(self) -> bool:
+        """May this query use the workers? Closed: yes. Half-open: yes for one query at a time (the trial); it
+        must report `success()` or `failure()`. Open: no."""
+        with self._lock:
+            state = self._state()
+            if state == self.CLOSED:
+                return True
+            if state == self.HALF_OPEN and not self._trial:
+                self._trial = True
+                return True
+            return False
+
+    def success(self) -> None:
+        """The workers answered: close the circuit."""
+        with self._lock:
+            if self._open:
+                log.info("the Celery workers answer again; the circuit is closed")
+            self._open, self._trial, self._since, self._failure = False, False, None, None
+
+    def failure(self, reason: str) -> None:
+        """The broker or the workers failed: open the circuit for `backoff` seconds (from now)."""
+        with self._lock:
+            if not self._open:
+                self._since = self._wall()
+            self._open, self._trial, self._failure = True, False, reason
+            self._retry_at = self._clock() + self.backoff
+
+    def reason(self) -> str | None:
+        """Why queries are answered in-process, e.g. "circuit open: broker unreachable at redis://… (…) since
+        14:02:11; retrying the workers in 27s"; None when closed."""
+        with self._lock:
+            return self._reason()
+
+    def _reason(self) -> str | None:
+        if not self._open:
+            return None
+        left = max(0.0, self._retry_at - self._clock())
+        when = f"in {left:.0f}s" if left > 0 else "with the next query"
+        return f"circuit open: {self._failure} since {self._since_text()}; retrying the workers {when}"
+
+    def _since_text(self) -> str:
+        return time.strftime("%H:%M:%S", time.localtime(self._since))
+
+    def snapshot(self) -> dict:
+        """The state for the health data: {"state"}, and while not closed "since" (HH:MM:SS), "retry_in"
+        (seconds) and "reason"."""
+        with self._lock:
+            state = self._state()
+            if state == self.CLOSED:
+                return {"state": state}
+            return {"state": state, "since": self._since_text(),
+                    "retry_in": round(max(0.0, self._retry_at - self._clock()), 1), "reason": self._reason()}
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _safe_url(url: str) -> str:

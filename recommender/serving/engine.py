@@ -1,7 +1,9 @@
 """The recommender: encode the query once → BM25 pre-filter → score precomputed ticket vectors → top k.
 
 Scoring runs in-process, or — when TICKETREC_BROKER_URL is set — on Celery workers, one index shard each,
-within `settings.query_deadline`; a dead or slow broker makes the engine answer in-process and log why.
+within `settings.query_deadline`; a dead or slow broker makes the engine answer in-process and log why, and
+its circuit breaker (`distributed.CircuitBreaker`) keeps answering in-process, without touching the broker, for
+TICKETREC_BROKER_RETRY_AFTER seconds before one query tries the workers again.
 
 One engine serves many threads at once: each query takes the index version being served once, answers with that
 version and the model it carries (`TicketIndex.model`), and returns its results together with how they were made
@@ -22,10 +24,11 @@ from ..config import Settings
 from ..errors import IndexStateError, InputError, ServiceUnavailable
 from ..data.records import Query, Recommendation, Ticket
 from ..lexical.analyzer import content_words, tokenize
+from .distributed import CircuitBreaker
 
 log = logging.getLogger(__name__)
 
-#: The clock of the back-off after a distributed failure (TICKETREC_BROKER_RETRY_AFTER; tests replace it).
+#: The circuit breaker's clock (its back-off is TICKETREC_BROKER_RETRY_AFTER; tests replace it).
 monotonic = time.monotonic
 
 
@@ -129,7 +132,8 @@ class Recommender:
         self._lock = threading.Lock()  # held while the first version is opened
         self._switching = threading.Lock()  # held by the one thread opening a new index version
         self._failed_version: str | None = None  # a version that could not be opened: not tried again
-        self._broker_down_until = 0.0
+        #: Closed: queries go to the Celery workers; open: in-process (see `distributed.CircuitBreaker`).
+        self.breaker = CircuitBreaker(settings.broker_retry_after, clock=lambda: monotonic())
 
     # -- resources, loaded lazily -----------------------------------------------------------
     @property
@@ -250,12 +254,13 @@ class Recommender:
         shares = result_channel_shares(index, query_vecs, best, rows, bm25)
         out = []
         words = query_words(query)
+        with_topics = model.metric_spec()["channels"].get("T", 0.0) > 0  # topics say why only when T weighs
         for rank, ((tid, g, bm), score, share) in enumerate(zip(best, calibrated, shares), start=1):
             ticket = tickets[tid]
             out.append(Recommendation(
                 ticket=ticket, rank=rank, raw_score=float(g), score=float(score),
                 shared_terms=shared_terms(words, ticket),
-                topics=model.top_topics(index.vectors, index.row_of[tid], n=3),
+                topics=model.top_topics(index.vectors, index.row_of[tid], n=3) if with_topics else [],
                 bm25=None if bm is None else float(bm), channel_shares=share,
             ))
         timings["tickets"] = time.perf_counter() - t3
@@ -297,18 +302,24 @@ class Recommender:
         """Top k as (ticket id, g, bm25): on the Celery workers when configured and healthy, else in-process."""
         reason = None
         if self.settings.broker_url:
-            if monotonic() < self._broker_down_until:
-                reason = "the workers failed recently; retrying them later"
+            if not self.breaker.allow():  # open: no connection attempt, the answer says why
+                reason = self.breaker.reason() or "another query is trying the workers again"
             else:
                 from .distributed import score_on_workers
 
                 try:
-                    return score_on_workers(self.settings, index.version, query_vecs, k, rows, bm25), "celery", None
+                    best = score_on_workers(self.settings, index.version, query_vecs, k, rows, bm25)
                 except ServiceUnavailable as exc:
                     reason = str(exc)
-                    self._broker_down_until = monotonic() + self.settings.broker_retry_after
+                    self.breaker.failure(reason)
                     log.warning("answering in-process: %s (the workers are retried in %.0fs)", reason,
-                                self.settings.broker_retry_after)
+                                self.breaker.backoff)
+                except BaseException as exc:  # not the broker's fault, but the trial must end
+                    self.breaker.failure(f"{type(exc).__name__}: {exc}")
+                    raise
+                else:
+                    self.breaker.success()
+                    return best, "celery", None
         return score_in_process(index, query_vecs, k, rows, bm25), "in-process", reason
 
 
