@@ -8,7 +8,9 @@ from click.testing import CliRunner
 from recommender.cli import main
 from recommender.config import Settings
 from recommender.errors import InputError
+from recommender.lexical.bm25 import Bm25Scorer
 from recommender.model.feedback import feedback_dataset, fine_tune
+from recommender.model.training import query_text
 from recommender.model.bundle import TicketModel
 from recommender.data.store import Feedback, Store
 
@@ -111,3 +113,60 @@ def test_fine_tune_without_pairs_raises(kb, tmp_path):
     _, store, model_dir, _ = kb
     with pytest.raises(InputError, match="no labelled pairs"):
         fine_tune(TicketModel.load(model_dir), feedback_dataset(store), None, None, progress=False)
+
+
+def _give_yes(store, data, n_queries=None):
+    """YES on each query's best-labelled ticket only, as engineers mostly give: returns the (query, ticket) pairs."""
+    best: dict[str, tuple[float, str]] = {}
+    for pair in data.pairs:
+        if pair.score == 5.0:
+            best.setdefault(pair.query_id, (pair.score, pair.ticket_id))
+    by_id = {q.id: q for q in data.queries}
+    given = []
+    for qid, (_, tid) in list(best.items())[:n_queries]:
+        q = by_id[qid]
+        store.add_feedback(Feedback(q.subject, q.description, tid, "YES", "m", "i"))
+        given.append((q, tid))
+    return given
+
+
+def test_yes_only_feedback_recalibrates_on_random_tickets_as_no(kb):
+    """A calibrator fitted on YES alone would map every score to 5; random tickets of the knowledge base are the
+    NO side, so judged tickets still score above random ones afterwards and scores keep their spread."""
+    _, store, model_dir, data = kb
+    given = _give_yes(store, data)
+    assert len(given) >= 8
+    tuned, _ = fine_tune(TicketModel.load(model_dir), feedback_dataset(store), data, None, seed=0, epochs=1,
+                         progress=False, knowledge_base=data.tickets)
+    by_id = {t.id: t for t in data.tickets}
+    queries = [q for q, _ in given]
+    bm25 = Bm25Scorer(data.tickets)
+
+    def scores(tickets):  # as served: the lexical feature over the knowledge base
+        lexical = bm25.lexical_pairs([query_text(q) for q in queries], np.arange(len(queries)), [t.id for t in tickets])
+        return tuned.calibrate(tuned.score_pairs(queries, tickets, lexical))
+
+    yes = scores([by_id[t] for _, t in given])
+    rng = np.random.default_rng(0)
+    rand = scores([data.tickets[int(i)] for i in rng.choice(len(data.tickets), len(given))])
+    assert np.median(yes) > np.median(rand) + 1.0
+    assert len(np.unique(np.round(np.r_[yes, rand], 6))) > len(given)
+
+
+def test_feedback_re_selects_weights_that_rank_the_judged_tickets_better(kb):
+    """A model whose weights serve the judged queries badly (the barely trained LSTM alone) gets weights from its
+    grid re-selected on the feedback, because re-selecting pays in cross-validation over the judged queries."""
+    _, store, model_dir, data = kb
+    _give_yes(store, data)
+    base = TicketModel.load(model_dir)
+    spec = base.metric_spec()
+    base.net.set_weights([v for *_, v in spec["pairs"]], {c: float(c == "h") for c in spec["channels"]}, 0.0)
+    base.invalidate()
+    tuned, report = fine_tune(base, feedback_dataset(store), data, None, seed=0, epochs=1, progress=False,
+                              knowledge_base=data.tickets)
+    selection = report["weight_selection"]
+    assert selection["changed"] and selection["cross_validated"] > selection["current"] + selection["stderr"]
+    assert tuned.metric_spec() == selection["spec"] != base.metric_spec()
+    kept, _ = fine_tune(tuned, feedback_dataset(store), data, None, seed=0, epochs=1, progress=False,
+                        knowledge_base=data.tickets)
+    assert kept.meta["fine_tuning"][-1]["weight_selection"]["changed"] is False  # already the selected weights

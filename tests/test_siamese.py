@@ -145,6 +145,22 @@ def test_merged_mode_uses_one_component_per_side():
     assert t[MERGED][-3:] == [EOS, "replace", "seal"]
 
 
+def test_a_merged_pair_beside_the_component_pairs_adds_the_merged_texts_as_one_more_level():
+    config = small(pairs=[["SUB", "SUB", 0.3], ["DESC", "DESC", 0.3], [MERGED, MERGED, 0.3]])
+    net, feat = build(config)
+    assert set(net.lstms.keys()) == {"SUB", "DESC", MERGED}
+    q = feat.query_tokens(Query("valve leak", "Seal worn."))
+    t = feat.ticket_tokens(Ticket("t", "valve leak", "Seal worn.", "Replace seal."))
+    assert q == {"SUB": ["valve", "leak"], "DESC": ["seal", "worn"], MERGED: ["valve", "leak", EOS, "seal", "worn"]}
+    assert t[MERGED] == ["valve", "leak", EOS, "seal", "worn", EOS, "replace", "seal"] and "SOL" not in t
+    net.eval()
+    with torch.no_grad():
+        qv, tv = net.encode(feat.batch([q])), net.encode(feat.batch([t]))
+        d = net.distances(qv, tv)  # [1, pairs, channels]: the merged pair's own distances
+    assert d.shape == (1, 3, 2)
+    assert torch.allclose(d[0, 2, 1], (qv[f"{MERGED}.E"] - tv[f"{MERGED}.E"]).abs().sum())
+
+
 def test_every_preset_builds_and_the_config_roundtrips_through_json():
     for name in SiameseConfig.PRESETS:
         config = SiameseConfig.preset(name, word_dim=12, hidden=6, char_dim=4, char_hidden=5)
@@ -159,6 +175,7 @@ def test_every_preset_builds_and_the_config_roundtrips_through_json():
     ({"channels": {"X": 1.0}}, "unknown channel"),
     ({"channels": {"h": 0.0}, "bm25": 0.0}, "positive weight"),
     ({"pairs": [["SOL", "SUB", 0.1]]}, "bad pair"),
+    ({"pairs": [[MERGED, "SUB", 0.1]]}, "bad pair"),
     ({"e_norm": "max"}, "e_norm"),
     ({"weights": "magic"}, "fixed, grid or learn"),
 ])

@@ -134,9 +134,12 @@ class SiameseConfig:
         if self.select_by not in ("map", "pearson"):
             raise InputError(f"select_by must be map or pearson, not {self.select_by!r}")
         for p in self.pairs:
-            if len(p) != 3 or p[0] not in QUERY_COMPONENTS or p[1] not in TICKET_COMPONENTS or float(p[2]) < 0:
+            merged_pair = len(p) == 3 and p[0] == MERGED and p[1] == MERGED
+            if len(p) != 3 or not (merged_pair or (p[0] in QUERY_COMPONENTS and p[1] in TICKET_COMPONENTS)) \
+                    or float(p[2]) < 0:
                 raise InputError(f"bad pair {p!r}: write [QUERY_COMPONENT, TICKET_COMPONENT, WEIGHT] with "
-                                 f"query components {QUERY_COMPONENTS} and ticket components {TICKET_COMPONENTS}")
+                                 f"query components {QUERY_COMPONENTS} and ticket components {TICKET_COMPONENTS}, "
+                                 f"or [{MERGED!r}, {MERGED!r}, WEIGHT] for the merged texts")
         for c in self.merged_query + self.merged_ticket:
             if c not in TICKET_COMPONENTS:
                 raise InputError(f"bad merged component {c!r}; use {TICKET_COMPONENTS}")
@@ -225,20 +228,22 @@ class Featurizer:
         return comps
 
     def components(self, raw: dict[str, list[str]], side: str) -> dict[str, list[str]]:
-        """The components the model uses on `side` ("query" or "ticket"); merged mode joins them into ALL."""
+        """The components the model uses on `side` ("query" or "ticket"); ALL (merged mode, or an ALL–ALL pair
+        beside the component pairs) joins the merged components, each cut to its own max_len."""
         c = self.config
-        if c.merged:
-            parts = c.merged_query if side == "query" else c.merged_ticket
-            out: list[str] = []
-            for part in parts:
-                tokens = raw.get(part, [])[: c.max_len[part]]
-                if tokens:
-                    if out:
-                        out.append(EOS)
-                    out.extend(tokens)
-            return {MERGED: out}
-        wanted = c.query_components if side == "query" else c.ticket_components
-        return {comp: raw.get(comp, []) for comp in wanted}
+        wanted = [MERGED] if c.merged else (c.query_components if side == "query" else c.ticket_components)
+        return {comp: self._merged(raw, side) if comp == MERGED else raw.get(comp, []) for comp in wanted}
+
+    def _merged(self, raw: dict[str, list[str]], side: str) -> list[str]:
+        c = self.config
+        out: list[str] = []
+        for part in c.merged_query if side == "query" else c.merged_ticket:
+            tokens = raw.get(part, [])[: c.max_len[part]]
+            if tokens:
+                if out:
+                    out.append(EOS)
+                out.extend(tokens)
+        return out
 
     def query_tokens(self, query: Query) -> dict[str, list[str]]:
         return self.components(self.raw_components(query.subject, query.description, None), "query")

@@ -35,19 +35,25 @@ from .augment import Augmenter, induce_synonyms
 from .bundle import Prepared, TicketModel, _package_versions
 from .calibration import Calibrator
 from .mining import MinedPairs, MiningConfig, mine_pairs, require_minable
-from .siamese import ReplicatedSiameseLSTM, SiameseConfig
+from .siamese import MERGED, TABLE2_PAIRS, ReplicatedSiameseLSTM, SiameseConfig
 from .training import (PairSet, PreparedPairs, _seed_everything, _unit_scale, _unsupervised_parts,
                        dataset_fingerprint, fit, lexical_features, pair_scores, query_text)
 from .vocab import EOS, UNK_ID
 
 #: The weight grid of label-free selection. The held-out slice holds hundreds of queries ranked against the
-#: whole knowledge base (a labelled dev set has tens), so the grid can afford 0 for every channel and a wider
-#: BM25 range; which channels serve is then the knowledge base's decision.
+#: whole knowledge base (a labelled dev set has tens), so the grid can afford 0 for every channel, for the levels
+#: the mined pairs show (DESC–DESC, SUB–DESC, the merged texts) and a wider BM25 range; which channels and levels
+#: serve is then the knowledge base's decision. (SUB–SUB, which mined pairs cannot show, takes DESC–DESC's weight.)
 LABEL_FREE_GRID = {
     "h": [0.0, 0.1, 0.3, 0.7], "E": [0.0, 0.1, 0.3, 1.0], "T": [0.0, 0.1, 0.3], "S": [0.0, 0.3, 1.0, 3.0],
     "bm25": [0.0, 0.1, 0.3, 1.0, 3.0],
-    "SUB|SUB": [0.3], "DESC|DESC": [0.3, 0.4], "SUB|DESC": [0.1, 0.2, 0.4], "SUB|SOL": [0.1, 0.2], "DESC|SOL": [0.1, 0.2],
+    "SUB|SUB": [0.3], "DESC|DESC": [0.0, 0.3, 0.4], "SUB|DESC": [0.0, 0.1, 0.2, 0.4], "SUB|SOL": [0.1, 0.2],
+    "DESC|SOL": [0.1, 0.2], "ALL|ALL": [0.0, 0.3, 1.0],
 }
+#: Label-free pairs: Table 2's five, and the merged texts (query SUB+DESC against ticket SUB+DESC+SOL) as one more
+#: level. A sentence encoder reads a whole ticket better than its fields apart, and a help desk's duplicates are
+#: whole tickets; the held-out selection decides its weight (0 drops it).
+LABEL_FREE_PAIRS = [list(p) for p in TABLE2_PAIRS] + [[MERGED, MERGED, 0.3]]
 #: Held-out rankings score at most this many views per query (the own view always among them).
 MAX_RANKED_VIEWS = 3000
 #: Random NO tickets per held-out query in the calibration pairs.
@@ -56,13 +62,14 @@ MRR_K = 10
 
 
 def label_free_config(pretrained: bool = True, **overrides) -> SiameseConfig:
-    """The default configuration of label-free training: h, E, T (+ S with `pretrained`) and BM25, weights
-    selected on the mined held-out slice from `LABEL_FREE_GRID`, 4 epochs."""
+    """The default configuration of label-free training: h, E, T (+ S with `pretrained`) and BM25 over Table 2's
+    pairs and the merged texts (`LABEL_FREE_PAIRS`), weights selected on the mined held-out slice from
+    `LABEL_FREE_GRID`, 4 epochs."""
     channels = {"h": 0.7, "E": 0.1, "T": 0.2}
     if pretrained:
         channels["S"] = 0.3
-    data = dict(channels=channels, bm25=0.3, weights="grid", grid={k: list(v) for k, v in LABEL_FREE_GRID.items()},
-                epochs=4, patience=2)
+    data = dict(pairs=[list(p) for p in LABEL_FREE_PAIRS], channels=channels, bm25=0.3, weights="grid",
+                grid={k: list(v) for k, v in LABEL_FREE_GRID.items()}, epochs=4, patience=2)
     data.update(overrides)
     return SiameseConfig().replace(**data)
 
@@ -91,7 +98,10 @@ def oov_rate(model: TicketModel, tickets: Sequence[Ticket]) -> dict:
     has_vector = np.abs(vectors).sum(1) > 0
     total = missing = 0
     for t in tickets:
-        for comp in model.featurizer.ticket_tokens(t).values():
+        comps = model.featurizer.ticket_tokens(t)
+        for name, comp in comps.items():
+            if name == MERGED and len(comps) > 1:  # the merged text repeats the other components' words
+                continue
             for tok in comp:
                 if tok == EOS:
                     continue
@@ -199,9 +209,9 @@ def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPair
     alone = {}
     for c in list(trained["channels"]) + (["bm25"] if lex is not None else []):
         one = dict(chosen, channels={k: float(k == c) for k in chosen["channels"]}, bm25=float(c == "bm25"))
-        alone[c] = _spec_mrr(dist, lex, own, one, observable)
+        alone[c] = spec_mrr(dist, lex, own, one, observable)
     report = {"objective": f"held-out MRR@{MRR_K} of the own ticket among {len(ranked)} views", "value": value,
-              "best": best["best"], "stderr": best["stderr"], "before": _spec_mrr(dist, lex, own, trained, observable),
+              "best": best["best"], "stderr": best["stderr"], "before": spec_mrr(dist, lex, own, trained, observable),
               "alone": alone, "spec": chosen}
     net.set_weights([v for *_, v in chosen["pairs"]], chosen["channels"], chosen["bm25"])
     model.invalidate()
@@ -441,13 +451,21 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     return model
 
 
-def _spec_mrr(dist, lex, own, spec, observable) -> float:
+def spec_reciprocal_ranks(dist: np.ndarray, lex: np.ndarray | None, own: np.ndarray, spec: dict,
+                          observable: Sequence[bool]) -> np.ndarray:
+    """Per-query 1/rank (within the top 10, else 0) of the weights `spec` on `rank_distances` output (unobservable
+    pairs left out)."""
     pw = np.array([v for *_, v in spec["pairs"]]) * np.asarray(observable, bool)
     cw = np.array(list(spec["channels"].values()), np.float32)
     d = np.einsum("pcqn,p,c->qn", dist, pw, cw)
     if lex is not None and spec["bm25"]:
         d = d + spec["bm25"] * (1.0 - lex)
-    return mrr_at_k(d, own)
+    return reciprocal_ranks(d, own)
+
+
+def spec_mrr(dist: np.ndarray, lex: np.ndarray | None, own: np.ndarray, spec: dict, observable: Sequence[bool]) -> float:
+    """MRR@10 of the weights `spec` on `rank_distances` output (unobservable pairs left out)."""
+    return float(np.mean(spec_reciprocal_ranks(dist, lex, own, spec, observable)))
 
 
 def _restored_pairs(spec: dict, configured: Sequence[float], observable: Sequence[bool]) -> list[float]:
