@@ -351,3 +351,24 @@ def unseal():
                 os.chmod(os.path.join(directory, name), 0o644)
 
     return make_writable
+
+
+@pytest.fixture
+def engine_app(web_engine, tmp_path):
+    """A function making the app over the real tiny engine (`web_engine`) on a throwaway copy of its store (what a
+    test writes there stays there), with the given extra app config."""
+    import sqlite3
+    from contextlib import closing
+
+    from web import create_app
+
+    def make(**config):
+        engine_settings, engine = web_engine
+        copy_db = tmp_path / "copy.sqlite3"
+        with closing(sqlite3.connect(engine_settings.db)) as source, closing(sqlite3.connect(copy_db)) as target:
+            source.backup(target)
+        settings = engine_settings.replace(db=copy_db, **config.pop("settings", {}))
+        return create_app({"TESTING": True, "TICKETREC_SETTINGS": settings, "TICKETREC_ENGINE": engine,
+                           "TICKETREC_REPORT_ROOTS": [], **config})
+
+    return make

@@ -319,15 +319,9 @@ def test_workers_racing_to_make_the_secret_key_all_get_the_same_one(tmp_path):
 
 # -- recent queries: each user's own ----------------------------------------------------------------------------------------
 @pytest.fixture
-def model_app(web_engine, tmp_path):
+def model_app(engine_app, tmp_path):
     """The app over the real tiny engine, on a throwaway copy of its store (accounts added there stay there)."""
-    engine_settings, engine = web_engine
-    copy_db = tmp_path / "copy.sqlite3"
-    with closing(sqlite3.connect(engine_settings.db)) as source, closing(sqlite3.connect(copy_db)) as target:
-        source.backup(target)
-    return create_app({"TESTING": True, "WTF_CSRF_ENABLED": True, "TICKETREC_REPORT_ROOTS": [],
-                       "TICKETREC_SETTINGS": engine_settings.replace(db=copy_db, home=tmp_path / "home"),
-                       "TICKETREC_ENGINE": engine})
+    return engine_app(WTF_CSRF_ENABLED=True, settings={"home": tmp_path / "home"})
 
 
 def test_api_queries_never_show_in_another_users_recent_queries(model_app):

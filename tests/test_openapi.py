@@ -3,8 +3,6 @@ the real app — its limits are the ones enforced, and schemathesis checks what 
 generates from the document."""
 import copy
 import re
-import sqlite3
-from contextlib import closing
 
 import pytest
 import schemathesis
@@ -163,16 +161,9 @@ with_model = schemathesis.openapi.from_dict(openapi_document(200, MAX_K), config
 
 
 @pytest.fixture
-def model_app(web_engine, tmp_path):
+def model_app(engine_app):
     """The app over a real tiny engine; its store is a throwaway copy of the engine's."""
-    from web import create_app
-
-    engine_settings, engine = web_engine
-    copy_db = tmp_path / "copy.sqlite3"
-    with closing(sqlite3.connect(engine_settings.db)) as source, closing(sqlite3.connect(copy_db)) as target:
-        source.backup(target)
-    return create_app({"TESTING": True, "TICKETREC_SETTINGS": engine_settings.replace(db=copy_db),
-                       "TICKETREC_ENGINE": engine, "TICKETREC_REPORT_ROOTS": [], "MAX_DESCRIPTION": 200})
+    return engine_app(MAX_DESCRIPTION=200)
 
 
 def test_the_fuzzed_apps_serve_the_fuzzed_document(app, model_app):
