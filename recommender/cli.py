@@ -913,7 +913,8 @@ def token_revoke(token_id: int) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0: every interface)")
 @click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535), help="TCP port")
 def serve(host: str, port: int) -> None:
-    """Serve the support engineer's web UI and JSON API (embedded; use gunicorn 'web:create_app()' in production)."""
+    """Serve the support engineer's web UI and JSON API (embedded; in production use gunicorn with
+    --config python:web.gunicorn_conf 'web:create_app()', which warms each worker before it takes requests)."""
     _serve(host, port)
 
 
@@ -923,7 +924,7 @@ def _serve(host: str, port: int) -> None:
     from web import create_app  # the composition root alone imports web, lazily
 
     app = create_app()
-    _, problem = app.extensions["ticketrec"].engine_or_error()  # load the model now, not on the first query
+    problem = app.extensions["ticketrec"].warm_up()  # load and warm the model now, not on the first query
     if problem:
         click.secho(f"warning: no recommendations yet: {problem}", fg="yellow", err=True)
     try:
