@@ -17,6 +17,7 @@ same cores changes the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -92,6 +93,54 @@ def gunicorn_options(code: Path, lazy: bool = False) -> list[str]:
     project = not lazy and (code / "web" / "gunicorn_conf.py").exists()
     options = ["--config", "python:web.gunicorn_conf"] if project else []
     return options + (["--no-control-socket"] if gunicorn.version_info >= (27,) else [])
+
+
+class Process:
+    """A child in its own process group (Ctrl-C reaches only this script), stopped group-wide by `stop`."""
+
+    def __init__(self, command: list[str], log: Path, env: dict, cwd: Path = ROOT):
+        self.command = command
+        self.log = open(log, "w")
+        self.proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def kill(self) -> None:
+        """SIGKILL the group now (a crash, not a shutdown)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM the group, SIGKILL it after `grace` seconds."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            except ProcessLookupError:
+                pass
+        self.log.close()
+
+
+def start_redis(workdir: Path) -> tuple[Process, str]:
+    """A private redis-server on 127.0.0.1 (no persistence); its URL."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
+    port = free_port()
+    proc = Process([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                    "--dir", str(workdir)], workdir / "redis.log", os.environ.copy(), cwd=workdir)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return proc, f"redis://127.0.0.1:{port}/0"
+        time.sleep(0.05)
+    proc.stop()
+    raise SystemExit(f"redis-server did not start; see {workdir / 'redis.log'}")
 
 
 class Server:

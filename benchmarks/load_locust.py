@@ -31,7 +31,6 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,38 +41,10 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from load import Server, build_home, free_port, load_queries  # noqa: E402
+from load import Process, Server, build_home, free_port, load_queries, start_redis  # noqa: E402
 
 RECOMMEND = "/api/v1/recommendations"
 SCENARIOS = ("plain", "reindex", "redis")
-
-
-class Process:
-    """A child in its own process group (Ctrl-C reaches only this script), stopped group-wide by `stop`."""
-
-    def __init__(self, command: list[str], log: Path, env: dict, cwd: Path = ROOT):
-        self.command = command
-        self.log = open(log, "w")
-        self.proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-
-    def kill(self) -> None:
-        """SIGKILL the group now (a crash, not a shutdown)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self, grace: float = 15.0) -> None:
-        """SIGTERM the group, SIGKILL it after `grace` seconds."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.kill()
-            except ProcessLookupError:
-                pass
-        self.log.close()
 
 
 def post(port: int, body: dict, timeout: float = 120.0) -> tuple[int, dict, float]:
@@ -135,28 +106,6 @@ def first_requests(out: Path, env: dict, args, queries: list[dict], lazy: bool, 
     statuses = [status] + [b[0] for b in burst if b is not None]
     return {"ready": ready, "first": first, "burst_max": max(b[2] for b in burst if b is not None),
             "failures": sum(s != 200 for s in statuses), "requests": len(statuses)}
-
-
-def start_redis(workdir: Path) -> tuple[Process, str]:
-    """A private redis-server on 127.0.0.1 (no persistence); its URL."""
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise SystemExit("redis-server is not installed (apt-get install redis-server); or leave out --scenarios redis")
-    port = free_port()
-    proc = Process([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                    "--dir", str(workdir)], workdir / "redis.log", os.environ.copy(), cwd=workdir)
-    import socket
-
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return proc, f"redis://127.0.0.1:{port}/0"
-        time.sleep(0.05)
-    proc.stop()
-    raise SystemExit(f"redis-server did not start; see {workdir / 'redis.log'}")
 
 
 def wait_workers(server: Server, timeout: float = 180.0) -> list[str]:

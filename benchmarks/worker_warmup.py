@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from load import build_home, load_queries  # noqa: E402
+from load import Process, build_home, load_queries, start_redis  # noqa: E402
 
 #: Starts a worker like `ticketrec worker`; "cold" first disconnects the warm-up (everything else is the same).
 LAUNCHER = """
@@ -43,32 +41,6 @@ w.app.worker_main(["worker", "--concurrency=2", "--loglevel=info", "--pool=prefo
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_redis(workdir: Path) -> tuple[subprocess.Popen, str]:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
-    port = free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return proc, f"redis://127.0.0.1:{port}/0"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("redis-server did not start")
-
-
 def one_run(mode: str, n: int, env: dict, engine, queries, settle: float, log: Path) -> dict:
     """Start a worker in `mode`, time its first two queries, stop it."""
     from recommender.data.records import Query
@@ -76,12 +48,10 @@ def one_run(mode: str, n: int, env: dict, engine, queries, settle: float, log: P
 
     client = celery_client(engine.settings.broker_url)
     started = time.perf_counter()
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, mode, f"warmup-{mode}-{n}-{os.getpid()}@%h"],
-                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = Process([sys.executable, "-c", LAUNCHER, mode, f"warmup-{mode}-{n}-{os.getpid()}@%h"], log, env)
     try:
         while not client.control.ping(timeout=0.2):
-            if proc.poll() is not None or time.perf_counter() - started > 120:
+            if proc.proc.poll() is not None or time.perf_counter() - started > 120:
                 raise SystemExit(f"the {mode} worker did not come up; see {log}")
         ready = time.perf_counter() - started
         time.sleep(settle)
@@ -92,12 +62,7 @@ def one_run(mode: str, n: int, env: dict, engine, queries, settle: float, log: P
                 raise SystemExit(f"a {mode} query was answered in-process: {answer.info.fallback_reason}")
             times.append(answer.info.timings["score"] * 1000.0)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        proc.stop(grace=30)
     return {"ready": ready, "first": times[0], "second": times[1]}
 
 
@@ -140,8 +105,7 @@ def main() -> None:
         load_after = os.getloadavg()[0]
     finally:
         if redis is not None:
-            redis.terminate()
-            redis.wait(timeout=10)
+            redis.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
     print(f"\n{args.tickets} tickets, 2 shards, a worker with 2 prefork processes started anew per run, first query "
