@@ -254,7 +254,7 @@ class Recommender:
         shares = result_channel_shares(index, query_vecs, best, rows, bm25)
         out = []
         words = query_words(query)
-        with_topics = model.metric_spec()["channels"].get("T", 0.0) > 0  # topics say why only when T weighs
+        with_topics = index.metric_spec["channels"].get("T", 0.0) > 0  # topics say why only when T weighs
         for rank, ((tid, g, bm), score, share) in enumerate(zip(best, calibrated, shares), start=1):
             ticket = tickets[tid]
             out.append(Recommendation(
