@@ -16,8 +16,8 @@ from .bundle import TicketModel
 from ..data.records import LABEL_SCORES, NO, LabeledPair, Query, Ticket
 from ..data.store import Dataset, Store, query_key
 from .calibration import Calibrator
-from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fit, lexical_features, pair_scores,
-                       query_text, split_queries)
+from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fit, lexical_features, mean_distance,
+                       pair_scores, query_text, split_queries)
 from .unsupervised import (CALIBRATION_NEGATIVES, MAX_RANKED_VIEWS, rank_distances, select_by_rank,
                            spec_reciprocal_ranks)
 from ..lexical.bm25 import Bm25Scorer
@@ -100,10 +100,10 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
     tuned = fit(model, fit_set, dev_set, epochs=epochs, seed=seed, calibrate=False, progress=progress, history=history)
     selection = None
     if config.weights == "grid" and knowledge_base:
-        scale = _mean_distance(tuned, fit_set)
+        scale = mean_distance(tuned, fit_set)
         selection = reselect_weights(tuned, train, knowledge_base, seed, progress)
         if selection is not None and selection["changed"]:  # same mean distance as before: the scale stays
-            tuned.net.rescale(scale / _mean_distance(tuned, fit_set))
+            tuned.net.rescale(scale / mean_distance(tuned, fit_set))
             tuned.invalidate()
             selection["spec"] = tuned.metric_spec()
         if selection is not None and progress:
@@ -122,10 +122,6 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
     if out_dir is not None:
         tuned.save(out_dir)
     return tuned, report
-
-
-def _mean_distance(model: TicketModel, data: PreparedPairs) -> float:
-    return float(np.mean(-np.log(np.maximum(pair_scores(model, data), 1e-300))))
 
 
 def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Ticket], kb: Bm25Scorer | None,

@@ -308,8 +308,7 @@ def _unit_scale(model: TicketModel, data: PreparedPairs) -> float:
     Table 2's weights fix how channels and pairs compare, not the absolute size of d; with 350-d E, 100-d T and
     50-d h the raw sum is about 10, exp(−d) ≈ 0 for every pair and MSE training gets no gradient.
     """
-    g = pair_scores(model, data)
-    mean_d = float(np.mean(-np.log(np.maximum(g, 1e-300))))
+    mean_d = mean_distance(model, data)
     factor = 1.0 / mean_d if mean_d > 0 else 1.0
     model.net.rescale(factor)
     model.invalidate()
@@ -350,6 +349,11 @@ def _as_prepared(model: TicketModel, data: PairSet | PreparedPairs, progress: bo
         return data
     lexical = lexical_features(data, data.tickets) if model.siamese_config.bm25 > 0 else None
     return PreparedPairs.of(model, data, lexical, progress)
+
+
+def mean_distance(model: TicketModel, data: PreparedPairs) -> float:
+    """The mean metric distance d = −log g over the pairs of `data` (the scale of the metric on them)."""
+    return float(np.mean(-np.log(np.maximum(pair_scores(model, data), 1e-300))))
 
 
 def pair_scores(model: TicketModel, data: PreparedPairs) -> np.ndarray:
