@@ -12,7 +12,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 TORCH_INDEX ?=
 TORCH_FROM  := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: demo test venv system-deps serve clean lock
+.PHONY: demo test venv system-deps serve clean lock bench-deps
 
 venv: $(STAMP)
 
@@ -26,7 +26,7 @@ $(STAMP): setup.cfg pyproject.toml requirements.lock
 
 # Regenerate requirements.lock from setup.cfg (keeps existing pins; LOCK_ARGS=--upgrade moves them all to the newest).
 lock: venv
-	$(BIN)/pip-compile --quiet $(TORCH_FROM) $(LOCK_ARGS) --extra dev --extra pretrained --strip-extras \
+	$(BIN)/pip-compile --quiet $(TORCH_FROM) $(LOCK_ARGS) --extra dev --extra pretrained --extra bench --strip-extras \
 		--no-emit-index-url --no-emit-find-links --output-file requirements.lock setup.cfg
 
 # Redis (Celery integration tests) and Chromium + ChromeDriver (browser tests), from Debian packages.
@@ -40,6 +40,10 @@ system-deps:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+
+# The peers of benchmarks/ (bm25s, tantivy, faiss, model2vec), pinned by the same lock.
+bench-deps: venv
+	$(BIN)/pip install --quiet $(TORCH_FROM) -c requirements.lock -e '.[bench]'
 
 test: venv system-deps
 	$(BIN)/python -m pytest
