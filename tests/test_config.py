@@ -25,7 +25,9 @@ def test_every_variable_is_read(tmp_path):
         "TICKETREC_QUERY_DEADLINE": "0.5", "TICKETREC_KEEP_INDEXES": "2", "TICKETREC_REINDEX_AT": "03:15",
         "TICKETREC_MAX_DESCRIPTION": "100", "TICKETREC_SECRET_KEY": "k", "TICKETREC_INDEX_WORKERS": "3",
         "TICKETREC_BROKER_RETRY_AFTER": "7.5", "TICKETREC_MAX_FIELD_CHARS": "300", "TICKETREC_MAX_SUBJECT_CHARS": "30",
-        "TICKETREC_AUTH_READ": "Required",
+        "TICKETREC_AUTH_READ": "Required", "TICKETREC_INDEX_PIN": "2G",
+        "TICKETREC_INDEX_DTYPE": "Float16",
+        "TICKETREC_ENCODER": str(tmp_path / "enc"), "TICKETREC_ENCODER_BACKEND": "Torch",
     }
     assert set(env) == set(ENV_VARS)
     s = Settings.from_env(env)
@@ -35,7 +37,8 @@ def test_every_variable_is_read(tmp_path):
     assert (s.reindex_at, s.max_description, s.secret_key) == ("03:15", 100, "k")
     assert s.index_workers == 3 and s.encoding_processes == 3 and s.broker_retry_after == 7.5
     assert (s.max_field_chars, s.max_subject_chars) == (300, 30)
-    assert s.auth_read == "required"
+    assert s.auth_read == "required" and s.index_pin == 2 << 30 and s.index_dtype == "float16"
+    assert str(s.encoder) == env["TICKETREC_ENCODER"] and s.encoder_backend == "torch"
     assert 1 <= s.replace(index_workers=0).encoding_processes <= 4
     assert s.replace(candidates=5).candidates == 5 and s.candidates == 0
 

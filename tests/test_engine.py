@@ -87,13 +87,16 @@ def test_prefiltered_answers_score_only_bm25_candidates(served, model, tiny_mode
 def test_each_recommendation_explains_itself(served, model, tiny_model):
     settings, store, _ = served
     query = a_query(tiny_model)
-    results = Recommender(settings, store=store, model=model).recommend(query, k=3)
+    engine = Recommender(settings, store=store, model=model)
+    results = engine.recommend(query, k=3)
     qwords = set(content_words(tokenize(f"{query.subject} {query.description}")))
     for r in results:
         t = r.ticket
         twords = set(content_words(tokenize(f"{t.subject} {t.description} {t.solution}")))
         assert set(r.shared_terms) == qwords & twords
         assert len(r.topics) == (3 if "T" in r.channel_shares else 0)  # topics only when they weigh
+        if r.topics:  # the engine's topic words (computed once per model) are the model's
+            assert r.topics == model.top_topics(engine.index.vectors, engine.index.row_of[t.id], n=3)
         assert all({"id", "weight", "words"} <= set(tp) for tp in r.topics)
         assert t.solution  # the ticket comes from the store, solution included
     d = results[0].to_dict()

@@ -81,3 +81,45 @@ def test_feedback_uses_only_public_names_of_training():
     imported = [a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
                 and node.module.endswith("training") for a in node.names]
     assert imported and not [name for name in imported if name.startswith("_")]
+
+
+def test_the_in_batch_ranking_loss_is_the_cross_entropy_of_the_own_ticket_among_the_batch(base):
+    """Hand-computed on three pairs: rows 0 and 2 are relevant; row 1 holds row 0's ticket, so it is no negative
+    of query 0; with no relevant pair the loss is 0."""
+    from recommender.model.siamese import metric_distance
+    from recommender.model.training import in_batch_ranking_loss
+
+    model, train, _ = base
+    net = model.net
+    prepared = PreparedPairs.of(model, train)
+    qb = model.featurizer.batch(*prepared.queries.rows(train.q[:3]))
+    tb = model.featurizer.batch(*prepared.tickets.rows(train.t[:3]))
+    with torch.no_grad():
+        qv, tv = net.encode(qb), net.encode(tb)
+        ids, relevant = np.array([7, 7, 9]), np.array([True, False, True])
+        got = float(in_batch_ranking_loss(net, qv, tv, ids, relevant, scale=10.0))
+
+        def d(i, j):
+            one = lambda v, r: {k: x[r:r + 1] for k, x in v.items()}  # noqa: E731
+            return float(metric_distance(net.distances(one(qv, i), one(tv, j)), net.pair_weights(),
+                                         net.channel_weights())[0])
+
+        ce0 = -(-10 * d(0, 0)) + np.log(np.exp(-10 * d(0, 0)) + np.exp(-10 * d(0, 2)))
+        ce2 = -(-10 * d(2, 2)) + np.log(sum(np.exp(-10 * d(2, j)) for j in range(3)))
+        assert got == pytest.approx((ce0 + ce2) / 2, rel=1e-5)
+        assert float(in_batch_ranking_loss(net, qv, tv, ids, np.zeros(3, bool), scale=10.0)) == 0.0
+
+
+def test_fit_with_the_ranking_loss_trains_and_stays_seeded(base):
+    model, train, _ = base
+    ranking = model.siamese_config.replace(rank_loss=1.0)
+    model.siamese_config = ranking
+    try:
+        prepared = PreparedPairs.of(model, train)
+        a, b = fit(model, prepared, epochs=1, seed=2), fit(model, prepared, epochs=1, seed=2)
+        assert _same_state(_state(a), _state(b))
+        plain = model.siamese_config.replace(rank_loss=0.0)
+        model.siamese_config = plain
+        assert not _same_state(_state(fit(model, prepared, epochs=1, seed=2)), _state(a))
+    finally:
+        model.siamese_config = model.net.config

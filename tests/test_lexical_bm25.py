@@ -22,8 +22,11 @@ def test_scores_are_the_formula_written_out():
     avgdl = (5 + 4 + 6) / 3
     norm_a = 1.2 * (1 - 0.75 + 0.75 * 5 / avgdl)
     idf_pump = math.log((3 - 1 + 0.5) / (1 + 0.5))
-    expected_a = idf_pump * 3 * 2.2 / (3 + norm_a) + idf_pump * 3 * 2.2 / (3 + norm_a)  # "pump" and "leaking"→"leak"
-    assert scorer.scores("pump leaking").tolist() == pytest.approx([expected_a, 0.0, 0.0], rel=1e-12)
+    term = idf_pump * 3 * 2.2 / (3 + norm_a)
+    expected_a = term + term  # "pump" and "leaking"→"leak"
+    assert scorer.scores("pump leaking").tolist() == pytest.approx([expected_a, 0.0, 0.0], rel=2 ** -24)
+    stored = float(np.float32(term))  # each term's share is used as its float32 impact (`bm25.impacts`)
+    assert scorer.scores("pump leaking").tolist() == [stored + stored, 0.0, 0.0]
     assert scorer.scores("the of")[0] == 0.0  # stop words only
     assert idf(3, 4) == MIN_IDF and idf(0, 10) == pytest.approx(math.log(10.5 / 0.5))
 

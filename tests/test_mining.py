@@ -148,3 +148,21 @@ def test_synonyms_come_from_nearest_vectors():
     syn = induce_synonyms(tokens, vectors, counts=[0, 0, 0, 9, 9, 9, 9], top_n=1, min_similarity=0.9)
     assert syn["pump"] == ["compressor"] and syn["compressor"] == ["pump"]
     assert "valve" not in syn and "the" not in syn  # no close neighbour; stop words never take part
+
+
+def test_perturbations_of_the_invariance_tests():
+    aug = Augmenter({}, ["EXTRA", "MORE"], seed=1)
+    text = "compressor surge at start-up after the overhaul"
+    words = text.split()
+    typos = aug.perturb(text, "typos", key="q1")
+    assert typos != text and len(typos.split()) == len(words)  # every word may change, none is lost
+    extra = aug.perturb(text, "extra_words", key="q1").split()
+    assert len(extra) == len(words) + 2 and [w for w in extra if w not in ("EXTRA", "MORE")] == words
+    swapped = aug.perturb(text, "word_order", key="q1").split()
+    assert sorted(swapped) == sorted(words) and sum(a != b for a, b in zip(swapped, words)) == 2
+    assert aug.perturb(text, "typos", key="q1") == typos != aug.perturb(text, "typos", key="q2")
+    assert aug.perturb("pump pump", "word_order") == "pump pump"  # no two different words to swap
+    with pytest.raises(ValueError, match="unknown perturbation"):
+        aug.perturb(text, "shuffle")
+    many = aug.perturb("abcdefghij " * 300, "typos", key=3).split()
+    assert 0.93 < sum(map(len, many)) / 3000 < 0.97  # 5 % of the characters deleted (20 % substituted: `typo`)

@@ -119,6 +119,58 @@ def test_float16_matrices_score_close_to_float32():
                                    score_candidates(SPEC, query, tickets), rtol=2e-3)
 
 
+def test_float16_records_are_read_as_stored():
+    """A float16 index is scored without a float32 copy: the kernel widens the stored half-precision values, so it
+    equals float32 scoring of the same rounded vectors, in any candidate order, with repeats."""
+    tickets = random_vectors(300, ["SUB", "DESC", "SOL"], seed=14)
+    query = {k: v[:1] for k, v in random_vectors(1, ["SUB", "DESC"], seed=15).items()}
+    rounded = {k: v.astype(np.float16).astype(np.float32) for k, v in tickets.items()}
+    half = packed(tickets, np.float16)
+    assert half.matrix.dtype == np.float16
+    rows = np.array([299, 5, 17, 5, 0, 150, 42])
+    bm25 = np.random.default_rng(16).uniform(0, 5, len(rows))
+    for use_numba in (True, False):
+        np.testing.assert_allclose(score_candidates(SPEC, query, half, use_numba=use_numba),
+                                   reference_g(SPEC, query, rounded), rtol=1e-5)
+        np.testing.assert_allclose(score_candidates(SPEC, query, half, rows=rows, bm25=bm25, use_numba=use_numba),
+                                   score_candidates(SPEC, query, packed(rounded), rows=rows, bm25=bm25), rtol=1e-6)
+    got_rows, got_g, _ = rank(SPEC, query, half, 5, rows, bm25)
+    want_rows, want_g, _ = rank(SPEC, query, packed(rounded), 5, rows, bm25)
+    assert got_rows.tolist() == want_rows.tolist()
+    np.testing.assert_allclose(got_g, want_g, rtol=1e-6)
+
+
+def test_candidates_of_a_paged_out_index_are_prefetched_together(tmp_path, monkeypatch):
+    """When a memory-mapped index's candidate pages are not in memory, they are requested at once (MADV_WILLNEED)
+    before scoring; when they are, nothing is asked; the scores are the same either way."""
+    import os
+
+    tickets = random_vectors(3000, ["SUB", "DESC", "SOL"], seed=17)
+    query = {k: v[:1] for k, v in random_vectors(1, ["SUB", "DESC"], seed=18).items()}
+    np.save(tmp_path / "vectors.npy", packed(tickets, np.float16).matrix)
+    fd = os.open(tmp_path / "vectors.npy", os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # only this file's pages leave the page cache
+    os.close(fd)
+    dims = {k: v.shape[1] for k, v in tickets.items()}
+    mapped = scoring.PackedVectors(np.load(tmp_path / "vectors.npy", mmap_mode="r"), dims)
+    asked, real = [], scoring.prefetch_rows
+    monkeypatch.setattr(scoring, "prefetch_rows", lambda matrix, rows: asked.append(np.sort(rows)) or real(matrix, rows))
+    rows = np.array([2999, 10, 1500, 10, 700])
+    resident = scoring.rows_resident(mapped.matrix, rows)
+    expected = score_candidates(SPEC, query, packed(tickets, np.float16), rows=rows)
+    np.testing.assert_allclose(score_candidates(SPEC, query, mapped, rows=rows), expected, rtol=1e-6)
+    if resident is not False:
+        pytest.skip("the kernel kept the pages (tmpfs?): nothing to prefetch")
+    assert len(asked) == 1 and asked[0].tolist() == sorted(rows.tolist())
+    float(np.asarray(mapped.matrix)[:, ::512].astype(np.float32).sum())  # every page read: in memory now
+    assert scoring.rows_resident(mapped.matrix, rows)
+    mapped.residency_checked = float("-inf")  # the next query checks again (else once per RESIDENCY_INTERVAL)
+    np.testing.assert_allclose(score_candidates(SPEC, query, mapped, rows=rows), expected, rtol=1e-6)
+    assert len(asked) == 1
+
+
+
 def test_shards_merged_equal_the_whole():
     tickets = random_vectors(1000, ["SUB", "DESC", "SOL"], seed=6)
     query = {k: v[:1] for k, v in random_vectors(1, ["SUB", "DESC"], seed=7).items()}

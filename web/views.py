@@ -210,12 +210,26 @@ def ticket(ticket_id: str):
 def status():
     """Model, index, workers, knowledge base and the latest evaluation; server paths only to a signed-in user."""
     svc = services()
-    _, engine_error = svc.engine_or_error()
+    engine, engine_error = svc.engine_or_error()
     return render_template(
         "status.html", engine_error=engine_error, model=svc.model_info(), index=svc.index_info(),
-        broker=svc.broker_state(), stats=svc.store().stats(), report=svc.latest_report(), settings=svc.settings,
-        show_paths=auth.identity() is not None,
+        memory=_index_memory(engine), broker=svc.broker_state(), stats=svc.store().stats(),
+        report=svc.latest_report(), settings=svc.settings, show_paths=auth.identity() is not None,
     )
+
+
+def _index_memory(engine) -> dict[str, Any] | None:
+    """How much of the served index is in memory (`TicketIndex.memory`: mincore), or None when it cannot be said."""
+    memory = getattr(getattr(engine, "index", None), "memory", None) if engine is not None else None
+    if memory is None:
+        return None
+    try:
+        info = memory()
+    except TicketrecError:
+        return None
+    if info["resident_bytes"] is not None and info["bytes"]:
+        info["resident_share"] = info["resident_bytes"] / info["bytes"]
+    return info
 
 
 @bp.get("/status/reports/<name>/<filename>")

@@ -183,14 +183,14 @@ def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: fl
     selection pairs with the chosen weights."""
     from ..lexical.bm25 import Bm25Scorer
     from ..model.calibration import Calibrator
-    from ..model.training import PairSet, PreparedPairs, _pair_distances, lexical_features
+    from ..model.training import PairSet, PreparedPairs, pair_distances, lexical_features
 
     config, net = model.siamese_config, model.net
     pairs = PairSet.from_dataset(selection, "selection")
     use_bm25 = bool(config.bm25 > 0 and net.use_bm25)
     ratio = lexical_features(pairs, Bm25Scorer(kb.tickets)) if use_bm25 else None
     prepared = PreparedPairs.of(model, pairs, ratio)
-    dist = _pair_distances(model, prepared.queries, prepared.tickets, pairs)  # [N, P, C]
+    dist = pair_distances(model, prepared.queries, prepared.tickets, pairs)  # [N, P, C]
     channels = list(net.channel_names)
     pair_keys = [f"{a}|{b}" for a, b, *_ in config.metric_pairs]
     current = net.metric_spec()

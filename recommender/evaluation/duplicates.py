@@ -185,17 +185,21 @@ _MINILM_CACHE: dict[str, np.ndarray] = {}
 
 
 def minilm_vectors(texts: Sequence[str], progress: bool = False) -> np.ndarray:
-    """[n, 384] unit all-MiniLM-L6-v2 vectors of `texts` (the S channel's encoder), cached per process."""
-    from ..model.pretrained import S_DIM, get_encoder
+    """[n, dim] unit vectors of `texts` by the off-the-shelf sentence encoder, the baseline a help desk would run
+    instead: the S channel's encoder for new models (all-MiniLM-L6-v2 unless TICKETREC_ENCODER says otherwise) as
+    sentence-transformers runs it, torch float32 (not the int8 export ticketrec serves), cached per process."""
+    from ..model.pretrained import get_encoder
 
-    keys = [hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts]
+    encoder = get_encoder(backend="torch")
+    tag = f"{encoder.checksum}:{encoder.backend}:".encode()
+    keys = [hashlib.sha1(tag + t.encode("utf-8")).hexdigest() for t in texts]
     missing = list(dict.fromkeys(key for key in keys if key not in _MINILM_CACHE))
     if missing:
         first = {key: t for key, t in zip(keys, texts)}
-        vectors = get_encoder().encode([first[key] for key in missing], progress=progress)
+        vectors = encoder.encode([first[key] for key in missing], progress=progress)
         _MINILM_CACHE.update(zip(missing, vectors))
     if not keys:
-        return np.zeros((0, S_DIM), np.float32)
+        return np.zeros((0, encoder.dim), np.float32)
     return np.stack([_MINILM_CACHE[key] for key in keys])
 
 
@@ -279,7 +283,7 @@ class EngineRanker:
         if k_candidates > 0:  # one more candidate than K: the query ticket itself is dropped below
             engine.settings = self.settings.replace(candidates=k_candidates + 1)
         try:
-            rows, bm25 = engine._candidates(q, index)
+            rows, bm25 = engine.candidates(q, index)
         finally:
             engine.settings = self.settings
         own = index.row_of.get(query.id)

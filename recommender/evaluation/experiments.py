@@ -42,13 +42,15 @@ class Row:
     name: str
     paper_row: str
     description: str
-    kind: str = "model"  # "model" (a SiameseConfig preset + overrides) | "bm25"
+    kind: str = "model"  # "model" (a SiameseConfig preset + overrides) | "bm25" | "encoder" (`preset` names it)
     preset: str = ""
     overrides: dict = field(default_factory=dict)
     headline: bool = False  # run with every seed (mean ± spread)
 
     @property
     def trained(self) -> bool:
+        if self.kind == "encoder":  # a standalone Siamese network of issue 13 (`_train_encoder`)
+            return True
         return self.kind == "model" and self.overrides.get("epochs", 1) != 0 and self.preset not in ("t_merged", "e_merged", "e_ml")
 
 
@@ -60,8 +62,10 @@ def grid_rows(grid: str) -> list[Row]:
             Row("E ML (unsupervised)", "11–14", "SumEMB E, multi-level pairs, no training", preset="e_ml"),
             Row("ML+CL h/E/T (paper weights)", "22", "replicated Siamese LSTM, Table 2 weights", preset="ml_cl_hET", headline=True),
         ]
+    if grid == "siamese":
+        return siamese_rows()
     if grid not in ("table5", "core"):
-        raise InputError(f"unknown grid {grid!r}; use table5, core or quick")
+        raise InputError(f"unknown grid {grid!r}; use table5, core or quick (the Table 5 grids) or siamese (issue 13)")
     rows = [Row("BM25", "", "BM25 over SUB+DESC+SOL (the pre-filter alone)", kind="bm25")]
     for i, (q, t) in enumerate(_COMBOS_9, 1):
         rows.append(Row(f"T {_combo_name(q, t)}", str(i), "DocNADE topic vectors, no training", preset="t_merged",
@@ -98,6 +102,27 @@ def grid_rows(grid: str) -> list[Row]:
 #: and the grid-weighted rows with S) — what fits a shared 2-core machine in well under an hour on SemEval.
 CORE_ROWS = ("BM25", "T SUB+DESC–SUB+DESC+SOL", "E SUB+DESC–SUB+DESC", "E ML", "S zero-shot", "ML+CL h/E/T",
              "ML+CL h/E/T, grid weights", "+ S channel", "best: h/E/T/S + BM25")
+
+
+def siamese_rows() -> list[Row]:
+    """The `siamese` grid: issue 13's standalone Siamese networks alone, beside BM25 (kind "encoder")."""
+    return [
+        Row("BM25", "", "BM25 over SUB+DESC+SOL (the pre-filter alone)", kind="bm25"),
+        Row("VarSiamese, labelled pairs", "", "variational Siamese (Deudon 2018): VAE-pretrained Gaussian intents, "
+            "W2 + Hadamard features, MLP trained on the labelled pairs", kind="encoder", preset="var-siamese",
+            overrides={"pairs": "labelled"}, headline=True),
+        Row("VarSiamese, mined pairs", "", "the same network trained on pairs mined from the training tickets "
+            "(no labels)", kind="encoder", preset="var-siamese", overrides={"pairs": "mined"}),
+        Row("VarSiamese intents only", "", "VAE-pretrained intents alone: g = exp(−mean W2 feature), no pair "
+            "training, no MLP", kind="encoder", preset="var-siamese", overrides={"head": "w2"}),
+        Row("char trigrams SUB", "", "TF-IDF over the subjects' character trigrams, cosine (the char-Siamese "
+            "baseline)", kind="encoder", preset="char-siamese", overrides={"arch": "trigram"}),
+        Row("CharSiamese SUB, labelled pairs", "", "character-level Siamese BLSTM (Neculoiu et al. 2016) over the "
+            "subjects, contrastive loss, trained on the labelled pairs", kind="encoder", preset="char-siamese",
+            overrides={"pairs": "labelled"}, headline=True),
+        Row("CharSiamese SUB, mined pairs", "", "the same network trained on noisy subjects mined from the training "
+            "tickets (no labels)", kind="encoder", preset="char-siamese", overrides={"pairs": "mined"}),
+    ]
 
 
 # -- data -----------------------------------------------------------------------------------------------------------
@@ -223,6 +248,49 @@ class ModelSystem:
         return [(self.ticket_ids[int(rows[i])], float(g[i]), float(c)) for i, c in zip(order, cal)]
 
 
+class EncoderSystem:
+    """A standalone Siamese network of issue 13 over one split (`encode_tickets`, `encode_queries`, `similarity`):
+    tickets encoded once, each query once, the network's own score over the BM25 top K candidates (every ticket
+    when K = 0 or none shares a word); raw scores calibrated by `calibrator` (isotonic, fitted on the training
+    split) when given."""
+
+    def __init__(self, encoder, split: Split, candidates: int, calibrator=None):
+        self.encoder, self.split, self.candidates, self.calibrate = encoder, split, candidates, calibrator
+        self.ticket_ids = [t.id for t in split.dataset.tickets]
+        self.row_of = {tid: i for i, tid in enumerate(self.ticket_ids)}
+        self.ticket_vecs = encoder.encode_tickets(split.dataset.tickets)
+        queries = split.dataset.queries
+        self.query_vecs = dict(zip([q.id for q in queries], encoder.encode_queries(queries)))
+
+    def score(self, query: Query, ids: Sequence[str]) -> np.ndarray:
+        rows = np.array([self.row_of[t] for t in ids], np.int64)
+        return np.asarray(self.encoder.similarity(self.query_vecs[query.id], self.ticket_vecs[rows]), np.float64)
+
+    def retrieve(self, query: Query, k: int):
+        n = len(self.ticket_ids)
+        rows, _ = self.split.searcher.scorer.top_k(query_text(query), self.candidates if self.candidates > 0 else n)
+        if self.candidates <= 0 or rows.size == 0:
+            rows = np.arange(n, dtype=np.int64)
+        g = np.asarray(self.encoder.similarity(self.query_vecs[query.id], self.ticket_vecs[rows]), np.float64)
+        order = np.argsort(-g, kind="stable")[:k]
+        cal = self.calibrate(g[order]) if self.calibrate is not None else g[order]
+        return [(self.ticket_ids[int(rows[i])], float(g[i]), float(c)) for i, c in zip(order, cal)]
+
+
+def _train_encoder(row: Row, train: Split, dev: Split, seed: int, out: Path):
+    """Train (or reuse from an interrupted run) one encoder row's network, saved under out/models."""
+    target = out / "models" / f"{slug(row.name)}-seed{seed}"
+    if row.preset == "var-siamese":
+        from ..model.var_siamese import grid_model
+
+        return grid_model(train.dataset, dev.dataset, row.overrides, seed, target)
+    if row.preset == "char-siamese":
+        from ..model.char_siamese import grid_model as char_grid_model
+
+        return char_grid_model(train.dataset, dev.dataset, row.overrides, seed, target)
+    raise InputError(f"unknown encoder {row.preset!r} in grid row {row.name!r}")
+
+
 # -- the run -------------------------------------------------------------------------------------------------------
 def _mean_spread(values: list[dict]) -> tuple[dict, dict]:
     keys = sorted({k for v in values for k in v})
@@ -339,6 +407,13 @@ def run_row(row: Row, splits: dict[str, Split], spec: RunSpec) -> dict:
                 fit = P.rerank(splits["train"].dataset, train_sys.score, progress=False)
                 cal = Calibrator.fit(np.array([p.raw_score for p in fit.predictions]), np.array([p.label for p in fit.predictions]))
                 systems = {name: BM25System(splits[name], cal) for name in spec.eval_splits}
+            elif row.kind == "encoder":
+                encoder = _train_encoder(row, splits["train"], splits["dev"], s, out)
+                versions.append(encoder.version)
+                fit = P.rerank(splits["train"].dataset, EncoderSystem(encoder, splits["train"], spec.candidates).score,
+                               progress=False)
+                cal = Calibrator.fit(np.array([p.raw_score for p in fit.predictions]), np.array([p.label for p in fit.predictions]))
+                systems = {name: EncoderSystem(encoder, splits[name], spec.candidates, cal) for name in spec.eval_splits}
             else:
                 model = _train(row, splits["train"], splits["dev"], s, out, spec.overrides, False)
                 versions.append(getattr(model, "version", ""))
@@ -403,7 +478,7 @@ def run_rows(rows: Sequence[Row], splits: dict[str, Split], spec: RunSpec, jobs:
     if jobs < 1:
         raise InputError("--jobs must be at least 1")
     results: list[dict | None] = [None] * len(rows)
-    first_model = next((i for i, r in enumerate(rows) if r.kind == "model"), len(rows) - 1)
+    first_model = next((i for i, r in enumerate(rows) if r.kind == "model"), -1)  # none: no word2vec to cache
     with tqdm(total=len(rows), desc="grid", unit="row", disable=not progress) as bar:
         serial_upto = len(rows) if jobs == 1 else first_model + 1
         for i in range(min(serial_upto, len(rows))):
@@ -493,3 +568,4 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return out
+

@@ -11,6 +11,14 @@ same code. It is SQLite FTS5's `bm25()` (fts5_aux.c), whose formula and defaults
                  (N tickets in the knowledge base, n(t) of them holding t)
     k1 = 1.2, b = 0.75
 
+Each term's share IDF(t)·f·(k1 + 1)/(f + …) is used as the float32 *impact* every path stores or adds (`impacts`):
+the float64 value rounded to float32 (relative error ≤ 2⁻²⁴ ≈ 6e-8), and a share below 2⁻¹⁸ (only terms at the
+IDF floor reach that) to a multiple of 2⁻⁴¹ (absolute error ≤ 2⁻⁴² ≈ 2.3e-13; at least one step, so a shared term
+always counts). Every impact is then a multiple of 2⁻⁴¹ below 2⁶, so a sum of up to 64 of them (MAX_QUERY_TERMS)
+is exact in float64: a ticket's score does not depend on the order its terms are added, equal scores are equal
+bits, and the postings (which store the impacts at build time and may add them in any order while skipping) score
+bit for bit like `Bm25Scorer`.
+
 The terms t are the query's distinct words (`analyzer.query_terms`: FTS5's unicode61 split, stop words dropped;
 at most `MAX_QUERY_TERMS` of them, chosen by `select_terms`), each reduced to its Porter stem
 (`analyzer.fts5_stem`); two words with one stem count twice, like two FTS5 phrases.
@@ -62,6 +70,21 @@ def term_score(idf_t, f, norm, k1p1):
     """One term's share of bm25: IDF · f·(k1 + 1) / (f + norm). Plain arithmetic, so the postings compile this
     very function into their numba kernel and numpy applies it to arrays."""
     return idf_t * f * k1p1 / (f + norm)
+
+
+#: Impacts below IMPACT_SMALL are rounded to multiples of IMPACT_GRID (the rest are float32, already on that grid).
+IMPACT_SMALL, IMPACT_GRID = 2.0 ** -18, 2.0 ** -41
+
+
+def impacts(idf_t, f, norm, k1p1) -> np.ndarray:
+    """Each posting's stored share of bm25 (float32): `term_score` rounded to float32, and below IMPACT_SMALL to a
+    multiple of IMPACT_GRID (at least one), so that sums of up to 64 impacts are exact in float64."""
+    x = np.asarray(term_score(idf_t, np.asarray(f, np.float64), norm, k1p1), np.float64)
+    out = x.astype(np.float32)
+    small = x < IMPACT_SMALL
+    if small.any():
+        out[small] = (np.maximum(np.rint(x[small] / IMPACT_GRID), 1.0) * IMPACT_GRID).astype(np.float32)
+    return out
 
 
 def document_terms(subject: str, description: str, solution: str,
@@ -120,7 +143,7 @@ def lexical_feature(bm25, kb_max: float, dtype=np.float64) -> np.ndarray:
 
 class Bm25Scorer:
     """The one BM25 over a list of tickets held in memory (IDF and avgdl over exactly these tickets): what
-    training and evaluation score with, row for row equal to an index version's postings of the same tickets."""
+    training and evaluation score with, bit for bit equal to an index version's postings of the same tickets."""
 
     def __init__(self, tickets: Sequence, weights: Sequence[float] = DEFAULT_WEIGHTS, k1: float = BM25_K1,
                  b: float = BM25_B, max_terms: int = MAX_QUERY_TERMS):
@@ -162,7 +185,7 @@ class Bm25Scorer:
             rows = self._rows.get(stem)
             if rows is None:
                 continue
-            acc[rows] += term_score(idf(len(rows), n), self._tf[stem], self.norm[rows], k1p1)
+            acc[rows] += impacts(idf(len(rows), n), self._tf[stem], self.norm[rows], k1p1)
         return acc
 
     def score(self, query_text: str, rows: Sequence[int] | None = None) -> np.ndarray:

@@ -2,39 +2,89 @@
 
 FTS5 answers an OR query by scoring, one row at a time, every ticket that holds any query term, so a query of
 common words costs hundreds of milliseconds at 100k tickets. Here each index version carries an inverted index
-over exactly the tickets of its vectors (same rows), and a query adds its terms' postings into one accumulator
-in a compiled loop (numba), then keeps the K best rows.
+over exactly the tickets of its vectors (same rows), with every posting's BM25 *impact* computed at build time
+(eager scoring, as bm25s does), and `top_k` skips what cannot reach the k best (block-max MaxScore, below).
 
-The score is the one BM25 of `bm25.py` (FTS5's `bm25()` formula, field weights, IDF over the version's tickets),
-computed with its functions (`document_terms`, `query_stems`, `idf`, `length_norm`, `term_score`), so a version's
-postings score exactly like a `Bm25Scorer` over the same tickets. Stop words are counted in |d| but get no
-postings (no query holds them). Files of a version directory:
+The score is the one BM25 of `bm25.py` (FTS5's `bm25()` formula, field weights, IDF over the version's tickets):
+the impacts are `bm25.impacts` of the version's document frequencies and lengths, float32 values whose sums are
+exact in float64, so a version's postings score bit for bit like a `Bm25Scorer` over the same tickets, whatever
+order the terms are added in. Stop words are counted in |d| but get no postings (no query holds them). The term
+frequencies are kept too: an incremental build copies them and computes the impacts again with the new version's
+IDF and average length. Files of a version directory:
 
     bm25_terms.json   the terms; a term's id is its position
-    bm25_ptr.npy      int64 [T + 1]: term t's postings are [ptr[t], ptr[t+1])
+    bm25_ptr.npy      int64 [T + 1]: term t's postings are [ptr[t], ptr[t+1]), rows ascending
     bm25_rows.npy     int32 [P]: the index rows holding the term
-    bm25_tf.npy       float32 [P]: their weighted term frequency f(t, d)
+    bm25_impact.npy   float32 [P]: the posting's BM25 impact (`bm25.impacts`)
+    bm25_tf.npy       float32 [P]: its weighted term frequency f(t, d)
     bm25_length.npy   float32 [N]: every row's length |d| in tokens
+    bm25_bmax.npy     float32 [B]: the largest impact of each block of BLOCK postings of a term (block-max)
+    bm25_blast.npy    int32 [B]: the last row of each block (term t's blocks are [bptr[t], bptr[t+1]),
+                      bptr = cumulative ceil(df / BLOCK))
+
+Versions written before the impacts (no "impacts" in the manifest's bm25 statistics, only ptr, rows, tf and
+length) are still opened: their impacts and blocks are computed in memory at open (`Bm25Postings.open`).
+
+Top k (`top_k`, numba): the rows are cut into windows of WINDOW rows. In each window every query term gets an upper
+bound, the largest block maximum of its blocks in the window; once k rows are held, the terms whose bounds sum to
+less than the k-th score θ are *non-essential*: a row holding only those cannot enter, so only the essential terms'
+postings are added into a window-sized accumulator (term at a time), and each row found there looks the
+non-essential terms up (binary search in the window's slice) only while its score plus their remaining bounds can
+still pass θ; a window whose bounds sum below θ is skipped. Ties go to the lower row; the result is exactly the
+exhaustive top k (the sums are exact). Without numba (`TICKETREC_NO_NUMBA=1`) numpy scores every matching row.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import IO, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ..data.records import Ticket
 from ..errors import IndexStateError
 from .analyzer import MAX_QUERY_TERMS
-from .bm25 import BM25_B, BM25_K1, DEFAULT_WEIGHTS, FIELDS, document_terms, idf, length_norm, query_stems, term_score
+from .bm25 import BM25_B, BM25_K1, DEFAULT_WEIGHTS, FIELDS, document_terms, idf, impacts, length_norm, query_stems
 
 TERMS_FILE = "bm25_terms.json"
-ARRAYS = ("ptr", "rows", "tf", "length")
+#: The arrays of a version, each in bm25_<name>.npy.
+ARRAYS = ("ptr", "rows", "impact", "tf", "length", "bmax", "blast")
+#: The arrays of a version written before the impacts (opened by computing the rest in memory).
+LEGACY_ARRAYS = ("ptr", "rows", "tf", "length")
+#: Postings per block of the block maxima.
+BLOCK = 128
+#: Rows per window of `top_k` (its accumulator and candidate marks: 256 KiB, in the L2 cache; 4096 and 65536 rows
+#: measured slower at 100k and 1M tickets, docs/results/bm25.md).
+WINDOW = 16384
+#: A non-essential term is added to every candidate of a window by reading all its postings there when it has
+#: fewer than DENSE postings per candidate (else by galloping), and candidates are pruned between terms only when
+#: they are fewer than one in DENSE rows of the window (0: always gallop and prune).
+DENSE = 8
+#: After a window whose candidates were dense (one in DENSE rows or more), the next RETRY windows add every term
+#: (the bounds still skip whole windows; twice as many after each such window in a row): splitting the terms would
+#: cost more than it saves there.
+RETRY = 8
+#: `top_k` keeps up to 2k + BUFFER_SLACK rows before it shrinks them to the k best (and from then on skips).
+BUFFER_SLACK = 64
+#: How `top_k` selects: "auto" (the default: "maxscore" from SKIP_FROM_ROWS rows on, else "windowed"); block-max
+#: MaxScore; the same windows without skipping; every matching row added into one accumulator and heaped (the
+#: reference). All return the same rows and scores.
+METHODS = ("auto", "maxscore", "windowed", "exhaustive")
+#: Below this many rows (8 windows) skipping costs more than it saves: the k-th score is known only after the first
+#: windows (measured at 20k, 100k and 1M tickets: docs/results/bm25.md).
+SKIP_FROM_ROWS = 8 * 16384
+#: What the manifest's bm25 statistics say about the impacts (absent: a version written before them).
+IMPACTS = "float32, sums exact in float64 (bm25.impacts)"
+#: Postings sorted per step of `PostingsBuilder.write` (bounds its memory: about 80 bytes each at the peak).
+WRITE_STEP = 1 << 20
+#: A posting as `PostingsBuilder` spills it to disk until `write`.
+_SPILL = np.dtype([("term", "<i4"), ("row", "<i4"), ("tf", "<f4")])
 _RUN_INDEX = "run `ticketrec index --full` to rebuild it"
 
 try:  # the fast path; the numpy path below computes the same scores (TICKETREC_NO_NUMBA=1 forces it, for tests)
@@ -42,21 +92,17 @@ try:  # the fast path; the numpy path below computes the same scores (TICKETREC_
         raise ImportError("TICKETREC_NO_NUMBA is set")
     import numba
 
-    _term_score = numba.njit(nogil=True, cache=True, inline="always")(term_score)  # bm25.py's own function
-
     @numba.njit(nogil=True, cache=True)
-    def _accumulate(ptr, rows, tf, norm, term_ids, idfs, k1p1, acc, touched):  # pragma: no cover - compiled
+    def _accumulate(ptr, rows, impact, term_ids, acc, touched):  # pragma: no cover - compiled
         n_touched = 0
         for q in range(term_ids.shape[0]):
             t = term_ids[q]
-            idf = idfs[q]
             for j in range(ptr[t], ptr[t + 1]):
-                r = rows[j]
-                f = tf[j]
-                if acc[r] == 0.0:  # every contribution is > 0, so 0 means "not seen yet"
-                    touched[n_touched] = r
+                r = np.uint64(rows[np.uint64(j)])  # unsigned: no wraparound check (see _top_k_maxscore)
+                if acc[r] == 0.0:  # every impact is > 0, so 0 means "not seen yet"
+                    touched[np.uint64(n_touched)] = r
                     n_touched += 1
-                acc[r] += _term_score(idf, f, norm[r], k1p1)
+                acc[r] += impact[np.uint64(j)]
         return n_touched
 
     @numba.njit(nogil=True, cache=True, inline="always")
@@ -78,28 +124,269 @@ try:  # the fast path; the numpy path below computes the same scores (TICKETREC_
             i = worst
 
     @numba.njit(nogil=True, cache=True)
+    def _offer(heap_s, heap_r, m, k, s, r):  # pragma: no cover - compiled
+        """Offer row r with score s to the heap of the k best (root: the worst kept); the new size."""
+        if m < k:
+            heap_s[m], heap_r[m] = s, r
+            j = m
+            m += 1
+            while j > 0:  # sift up
+                parent = (j - 1) // 2
+                if not _worse(heap_s[j], heap_r[j], heap_s[parent], heap_r[parent]):
+                    break
+                heap_s[j], heap_s[parent] = heap_s[parent], heap_s[j]
+                heap_r[j], heap_r[parent] = heap_r[parent], heap_r[j]
+                j = parent
+        elif _worse(heap_s[0], heap_r[0], s, r):
+            heap_s[0], heap_r[0] = s, r
+            _sift_down(heap_s, heap_r, 0, m)
+        return m
+
+    @numba.njit(nogil=True, cache=True)
     def _select_best(acc, touched, n_touched, k, heap_s, heap_r):  # pragma: no cover - compiled
-        # the k best touched rows (score desc, row asc) in a heap whose root is the worst kept; zeroes acc again
+        # the k best touched rows (score desc, row asc); zeroes acc again
         m = 0
         for i in range(n_touched):
             r = touched[i]
             s = acc[r]
             acc[r] = 0.0
-            if m < k:
-                heap_s[m], heap_r[m] = s, r
-                j = m
-                m += 1
-                while j > 0:  # sift up
-                    parent = (j - 1) // 2
-                    if not _worse(heap_s[j], heap_r[j], heap_s[parent], heap_r[parent]):
-                        break
-                    heap_s[j], heap_s[parent] = heap_s[parent], heap_s[j]
-                    heap_r[j], heap_r[parent] = heap_r[parent], heap_r[j]
-                    j = parent
-            elif _worse(heap_s[0], heap_r[0], s, r):
-                heap_s[0], heap_r[0] = s, r
-                _sift_down(heap_s, heap_r, 0, m)
+            if m < k or _worse(heap_s[0], heap_r[0], s, r):  # most rows lose to the worst kept: no call
+                m = _offer(heap_s, heap_r, m, k, s, r)
         return m
+
+    @numba.njit(nogil=True, cache=True)
+    def _first_at_least(rows, lo, hi, row):  # pragma: no cover - compiled
+        """The first position in [lo, hi) whose row is ≥ `row` (hi when none): rows ascend there."""
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if rows[mid] < row:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    @numba.njit(nogil=True, cache=True, fastmath=True)
+    def _largest(acc, lo, hi):  # pragma: no cover - compiled
+        """max(acc[lo:hi]), at least 0 (fastmath: a vectorised reduction; a maximum is exact in any order)."""
+        m = 0.0
+        for r in range(lo, hi):
+            m = max(m, acc[r])
+        return m
+
+    @numba.njit(nogil=True, cache=True)
+    def _shrink(buf_s, buf_r, n, k):  # pragma: no cover - compiled
+        """Keep the k best of the n buffered rows (offered in ascending row order, so a tie keeps the earlier
+        one), in order; (the new count, the k-th best score: a row must now score above it to enter)."""
+        theta = np.partition(buf_s[:n].copy(), n - k)[n - k]
+        above = 0
+        for x in range(n):
+            above += buf_s[x] > theta
+        ties = k - above
+        kept = 0
+        for x in range(n):
+            s = buf_s[x]
+            if s > theta or (s == theta and ties > 0):
+                ties -= s == theta
+                buf_s[kept] = s
+                buf_r[kept] = buf_r[x]
+                kept += 1
+        return kept, theta
+
+    #: The lowest set bit of a 32-bit word x ≠ 0: _DEBRUIJN_POS[((x & -x) * _DEBRUIJN) >> 27 & 31] (no overflow)
+    _DEBRUIJN = 0x077CB531
+    _DEBRUIJN_POS = np.zeros(32, np.int64)
+    for _i in range(32):
+        _DEBRUIJN_POS[((1 << _i) * _DEBRUIJN >> 27) & 31] = _i
+
+    # The hot loops index with unsigned integers: numba then skips its negative-index wraparound check there.
+    @numba.njit(nogil=True, cache=True)
+    def _top_k_maxscore(ptr, rows, impact, bptr, bmax, blast, term_ids, n_docs, k, window, block, prune, dense_at,
+                        retry, buf_s, buf_r, acc, mark, seen, cand):  # pragma: no cover - compiled
+        """Block-max MaxScore over windows of rows (see the module's docstring; `prune` False: every matching row is
+        scored, the reference). Rows are offered in ascending order into a buffer of at least 2k, shrunk to the k
+        best when full; returns how many it holds (at least the k best; the caller sorts them). `acc` and `mark`
+        (float64 [window], zeros), `seen` (int64 [window / 32], zeros) and `cand` (int32 [window]) are scratch space,
+        handed back with the zeros restored."""
+        debruijn_pos = _DEBRUIJN_POS
+        n_q = term_ids.shape[0]
+        cap = buf_s.shape[0]
+        pos = np.empty(n_q, np.int64)  # no posting before it is in the current window or after
+        end = np.empty(n_q, np.int64)
+        blk = np.empty(n_q, np.int64)  # the first block whose last row is in the current window or after
+        bend = np.empty(n_q, np.int64)
+        first = np.empty(n_q, np.int64)  # block b of the term starts at posting first + (b - b0) * block
+        b0 = np.empty(n_q, np.int64)
+        for i in range(n_q):
+            t = term_ids[i]
+            pos[i], end[i], first[i] = ptr[t], ptr[t + 1], ptr[t]
+            blk[i], bend[i], b0[i] = bptr[t], bptr[t + 1], bptr[t]
+        ub = np.zeros(n_q, np.float64)
+        last = np.empty(n_q, np.int64)
+        seg = np.empty(n_q, np.int64)  # the term's first posting in the window
+        essential = np.ones(n_q, np.bool_)
+        lookup = np.empty(n_q, np.int64)  # the non-essential terms with postings in the window, largest bound first
+        # acc: the window's scores; mark: 1.0 for a candidate row, else 0.0 (a multiplier: no branch); seen: bit r & 31
+        # of word r >> 5 says row ws + r has a score in acc; cand: the candidate rows
+        n = 0  # rows in the buffer
+        theta = -1.0  # a row enters only when it scores above θ (all rows before it have lower row numbers)
+        full = False  # θ is the k-th best score so far
+        rest_windows = 0  # windows left before the terms are split again
+        backoff = retry  # the next pause (doubled after each pause in a row)
+        for ws in range(0, n_docs, window):
+            we = min(ws + window, n_docs)
+            total = 0.0
+            for i in range(n_q):  # each term's bound in the window: the largest maximum of its blocks there
+                b = blk[i]
+                while b < bend[i] and blast[b] < ws:
+                    b += 1
+                blk[i] = b
+                u = 0.0
+                # block b may hold rows of the window when the block before it ends before the window's last row
+                # (its first row, read only for the term's first block, is later): no read of the postings here
+                while b < bend[i] and (blast[b - 1] + 1 < we if b > b0[i] else rows[first[i]] < we):
+                    if not prune:
+                        u = 1.0  # any posting in the window
+                    elif bmax[b] > u:
+                        u = bmax[b]
+                    if blast[b] >= we:
+                        break
+                    b += 1
+                last[i] = b  # the window's last posting of the term is before the end of this block
+                ub[i] = u
+                total += u
+            if full and total <= theta:
+                continue  # no row of this window can enter
+            n_ne = 0
+            ne_total = 0.0
+            if full and rest_windows > 0:
+                rest_windows -= 1
+            if full and rest_windows == 0:  # non-essential: the smallest bounds, as long as their sum stays at most θ
+                order = np.argsort(ub)
+                for j in range(n_q):
+                    i = order[j]
+                    essential[i] = ub[i] > 0.0 and ne_total + ub[i] > theta
+                    if ub[i] > 0.0 and not essential[i]:
+                        ne_total += ub[i]
+                for j in range(n_q - 1, -1, -1):
+                    i = order[j]
+                    if ub[i] > 0.0 and not essential[i]:
+                        lookup[n_ne] = i
+                        n_ne += 1
+            else:
+                for i in range(n_q):
+                    essential[i] = ub[i] > 0.0
+            n_post = 0
+            for i in range(n_q):  # the essential terms' slices of the window
+                p = first[i] + (blk[i] - b0[i]) * block
+                if pos[i] > p:
+                    p = pos[i]
+                if not essential[i]:
+                    pos[i] = p  # positioned at its first look-up, if any
+                    seg[i] = p
+                    continue
+                p = _first_at_least(rows, p, min(end[i], p + block), ws)
+                seg[i] = p
+                pos[i] = _first_at_least(rows, p, min(end[i], first[i] + (last[i] - b0[i] + 1) * block), we)
+                n_post += pos[i] - p
+            dense = 2 * n_post >= we - ws  # then read the whole accumulator, else only the rows marked in `seen`
+            for i in range(n_q):  # add them, term at a time
+                if essential[i]:
+                    if dense:
+                        for q in range(seg[i], pos[i]):
+                            acc[np.uint64(rows[np.uint64(q)] - ws)] += impact[np.uint64(q)]
+                    else:
+                        for q in range(seg[i], pos[i]):
+                            r = rows[np.uint64(q)] - ws
+                            acc[np.uint64(r)] += impact[np.uint64(q)]
+                            seen[r >> 5] |= np.int64(1) << (r & 31)
+            # the rows that may still pass θ with the non-essential terms, ascending (kept without branches);
+            # θ − Σ bounds is exact (sums of impacts), and a row with a score is > 0
+            low_bar = max(theta - ne_total, 0.0)
+            n_c = 0
+            if dense:
+                for g in range(0, we - ws, 64):  # groups of 64 rows: most have no row above the bar once θ is high
+                    top = min(g + 64, we - ws)
+                    if _largest(acc, g, top) > low_bar:
+                        for r in range(g, top):
+                            ur = np.uint64(r)
+                            s = acc[ur]
+                            keep = s > low_bar
+                            cand[np.uint64(n_c)] = r
+                            n_c += keep
+                            mark[ur] = keep
+                            acc[ur] = s * keep
+                    else:
+                        acc[g:top] = 0.0
+            else:
+                for w in range(seen.shape[0]):
+                    bits = seen[w]
+                    seen[w] = 0
+                    while bits != 0:
+                        low = bits & -bits
+                        bits ^= low
+                        r = (w << 5) + debruijn_pos[((low * 0x077CB531) >> 27) & 31]
+                        s = acc[r]
+                        keep = s > low_bar
+                        cand[n_c] = r
+                        n_c += keep
+                        mark[r] = keep
+                        acc[r] = s * keep
+            if n_ne > 0 and dense_at * n_c >= we - ws:  # dense candidates: splitting does not pay for a while
+                rest_windows = backoff
+                backoff *= 2
+            elif n_ne > 0:
+                backoff = retry
+            rest = ne_total
+            for j in range(n_ne):  # add the non-essential terms to the candidates, largest bound first
+                if n_c == 0:
+                    break
+                i = lookup[j]
+                q = _first_at_least(rows, seg[i], min(end[i], seg[i] + block), ws)
+                e = _first_at_least(rows, q, min(end[i], first[i] + (last[i] - b0[i] + 1) * block), we)
+                pos[i] = e
+                if dense_at * n_c >= e - q:  # many candidates for its postings: add every posting to the marked rows
+                    for p in range(q, e):
+                        r = np.uint64(rows[np.uint64(p)] - ws)
+                        acc[r] += impact[np.uint64(p)] * mark[r]
+                else:  # few: gallop from candidate to candidate
+                    for x in range(n_c):
+                        row = ws + cand[x]
+                        if q < e and rows[q] < row:
+                            step = 1
+                            while q + step < e and rows[q + step] < row:
+                                q += step
+                                step <<= 1
+                            q = _first_at_least(rows, q + 1, min(q + step, e), row)
+                        if q >= e:
+                            break
+                        if rows[q] == row:
+                            acc[cand[x]] += impact[q]
+                rest -= ub[i]
+                if dense_at * n_c < we - ws:  # few candidates: drop those that can no longer pass θ
+                    kept = 0
+                    for x in range(n_c):
+                        r = cand[x]
+                        keep = acc[r] + rest > theta
+                        cand[kept] = r
+                        kept += keep
+                        mark[r] = keep
+                        acc[r] *= keep
+                    n_c = kept
+            for x in range(n_c):
+                r = cand[x]
+                s = acc[r]
+                acc[r] = 0.0
+                mark[r] = 0.0
+                if s > theta:
+                    if n == cap:
+                        n, theta = _shrink(buf_s, buf_r, n, k)
+                        full = prune  # the bounds are real: skip with them
+                        if s <= theta:
+                            continue
+                    buf_s[n] = s
+                    buf_r[n] = ws + r
+                    n += 1
+        return n
 
     HAVE_NUMBA = True
 except ImportError:  # numba missing, or TICKETREC_NO_NUMBA=1 (tests/test_no_numba.py runs this path)
@@ -135,26 +422,86 @@ def ticket_terms(tickets: Sequence[Ticket], weights: Sequence[float] = DEFAULT_W
                       np.asarray(tfs, np.float32), lengths)
 
 
-class PostingsBuilder:
-    """Collects the postings of one index build (new chunks and rows reused from the previous version), then
-    writes them term by term."""
+def block_pointers(df: np.ndarray, block: int) -> np.ndarray:
+    """bptr (int64 [T + 1]): term t's blocks are [bptr[t], bptr[t+1]), ceil(df[t] / block) of them."""
+    out = np.zeros(len(df) + 1, np.int64)
+    np.cumsum(-(-np.asarray(df, np.int64) // block), out=out[1:])
+    return out
 
-    def __init__(self, n_rows: int, weights: Sequence[float] = DEFAULT_WEIGHTS):
+
+def _sorted_with_impacts(terms: np.ndarray, rows: np.ndarray, tf: np.ndarray, ptr: np.ndarray, t0: int, t1: int,
+                         idfs: np.ndarray, norm: np.ndarray, k1p1: float, block: int):
+    """The postings of terms [t0, t1) (`terms` global ids, any order) sorted by (term, row), with their impacts and
+    the block maxima and last rows of those terms: (rows, impact, tf, bmax, blast)."""
+    base = int(ptr[t0])
+    order = np.argsort((terms.astype(np.int64) - t0) * (len(norm) + 1) + rows, kind="stable")
+    terms, rows, tf = terms[order], rows[order], tf[order]
+    imp = impacts(idfs[terms], tf, norm[rows], k1p1)
+    df = np.diff(ptr[t0 : t1 + 1])
+    nb = -(-df // block)
+    first_block = np.repeat(ptr[t0:t1] - base, nb)  # each block's term's first posting (local)
+    within = np.arange(int(nb.sum()), dtype=np.int64) - np.repeat(np.cumsum(nb) - nb, nb)
+    starts = first_block + within * block
+    stops = np.minimum(starts + block, np.repeat(ptr[t0 + 1 : t1 + 1] - base, nb))
+    bmax = np.maximum.reduceat(imp, starts) if len(starts) else np.zeros(0, np.float32)
+    return rows, imp, tf, bmax.astype(np.float32), rows[stops - 1] if len(stops) else np.zeros(0, np.int32)
+
+
+class _NpyWriter:
+    """A 1-d .npy file written piece by piece (the header first, with the final length)."""
+
+    def __init__(self, path: Path, dtype, length: int):
+        self.file = open(path, "wb")
+        self.dtype, self.length, self.written = np.dtype(dtype), length, 0
+        np.lib.format.write_array_header_1_0(self.file, {"descr": np.lib.format.dtype_to_descr(self.dtype),
+                                                         "fortran_order": False, "shape": (length,)})
+
+    def write(self, arr: np.ndarray) -> None:
+        arr = np.ascontiguousarray(arr, dtype=self.dtype)
+        self.file.write(arr.tobytes())
+        self.written += len(arr)
+
+    def close(self) -> None:
+        self.file.close()
+        if self.written != self.length:
+            raise AssertionError(f"{self.file.name}: wrote {self.written} of {self.length} values")
+
+
+class PostingsBuilder:
+    """Collects the postings of one index build (new chunks and rows reused from the previous version) in
+    temporary files, then writes them term by term: memory stays bounded whatever the number of tickets (the
+    rows' lengths, the vocabulary, and WRITE_STEP postings at a time)."""
+
+    def __init__(self, n_rows: int, weights: Sequence[float] = DEFAULT_WEIGHTS, workdir: str | Path | None = None):
         self.n_rows = n_rows
         self.weights = tuple(float(w) for w in weights)
         self.term_id: dict[str, int] = {}
         self.lengths = np.zeros(n_rows, dtype=np.float32)
-        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (rows, term ids, tf)
+        self._df = np.zeros(1024, np.int64)
+        self._workdir = None if workdir is None else str(workdir)
+        self._spill: IO[bytes] | None = None  # the postings so far, as _SPILL records (an unlinked file)
+        self.n_postings = 0
 
     def _global_ids(self, terms: Sequence[str]) -> np.ndarray:
         ids = self.term_id
         return np.fromiter((ids.setdefault(t, len(ids)) for t in terms), dtype=np.int32, count=len(terms))
 
+    def _append(self, terms: np.ndarray, rows: np.ndarray, tf: np.ndarray) -> None:
+        if self._spill is None:
+            self._spill = tempfile.TemporaryFile(prefix="bm25-", dir=self._workdir)
+        if len(self.term_id) > len(self._df):
+            self._df = np.concatenate([self._df, np.zeros(max(len(self.term_id), 2 * len(self._df)) - len(self._df), np.int64)])
+        self._df[: len(self.term_id)] += np.bincount(terms, minlength=len(self.term_id))
+        records = np.empty(len(terms), _SPILL)
+        records["term"], records["row"], records["tf"] = terms, rows, tf
+        self._spill.write(records.tobytes())
+        self.n_postings += len(terms)
+
     def add(self, rows: np.ndarray, chunk: ChunkTerms) -> None:
         """The postings of freshly tokenised tickets; `rows[i]` is the index row of the chunk's ticket i."""
         rows = np.asarray(rows, dtype=np.int32)
         mapping = self._global_ids(chunk.terms)
-        self._parts.append((rows[chunk.docs], mapping[chunk.term_ids], chunk.tf))
+        self._append(mapping[chunk.term_ids], rows[chunk.docs], chunk.tf)
         self.lengths[rows] = chunk.lengths
 
     def add_reused(self, prev: "Bm25Postings", new_row_of_prev: np.ndarray) -> None:
@@ -166,32 +513,93 @@ class PostingsBuilder:
         mapping = self._global_ids(prev.terms)
         kept_rows = np.flatnonzero(new_row_of_prev >= 0)
         self.lengths[new_row_of_prev[kept_rows]] = prev.length[kept_rows]
-        step = 1 << 24  # bounded temporary memory at millions of postings
+        step = 1 << 22  # bounded temporary memory at millions of postings
         for start in range(0, len(prev.rows), step):
             stop = min(len(prev.rows), start + step)
-            old_rows = np.asarray(prev.rows[start:stop])
-            new_rows = new_row_of_prev[old_rows]
+            new_rows = new_row_of_prev[np.asarray(prev.rows[start:stop])]
             keep = new_rows >= 0
             terms = np.searchsorted(prev.ptr, np.arange(start, stop), side="right") - 1
-            self._parts.append((new_rows[keep].astype(np.int32), mapping[terms[keep]], np.asarray(prev.tf[start:stop])[keep]))
+            self._append(mapping[terms[keep]], new_rows[keep], np.asarray(prev.tf[start:stop])[keep])
+
+    def _buckets(self, bounds: np.ndarray) -> Iterator[np.ndarray]:
+        """The spilled postings of each term range [bounds[j], bounds[j+1]), one range at a time: read whole when
+        there is one range, else first split into one temporary file per range (one pass, WRITE_STEP at a time)."""
+        spill, self._spill = self._spill, None
+        if spill is None:
+            yield from (np.zeros(0, _SPILL) for _ in bounds[1:])
+            return
+        with spill:
+            spill.seek(0)
+            if len(bounds) == 2:
+                yield np.fromfile(spill, _SPILL)
+                return
+            parts = [tempfile.TemporaryFile(prefix="bm25-", dir=self._workdir) for _ in bounds[1:]]
+            try:
+                while True:
+                    records = np.fromfile(spill, _SPILL, count=WRITE_STEP)
+                    if not len(records):
+                        break
+                    which = np.searchsorted(bounds, records["term"], side="right") - 1
+                    order = np.argsort(which, kind="stable")
+                    cuts = np.searchsorted(which[order], np.arange(len(parts) + 1))
+                    for j, part in enumerate(parts):
+                        if cuts[j + 1] > cuts[j]:
+                            part.write(records[order[cuts[j] : cuts[j + 1]]].tobytes())
+                spill.close()
+                for part in parts:
+                    part.seek(0)
+                    yield np.fromfile(part, _SPILL)
+                    part.close()
+            finally:
+                for part in parts:
+                    part.close()
 
     def write(self, directory: Path) -> dict:
-        """Write the five files into `directory`; the statistics for the manifest."""
-        n_terms = len(self.term_id)
-        rows = np.concatenate([p[0] for p in self._parts]) if self._parts else np.zeros(0, np.int32)
-        terms = np.concatenate([p[1] for p in self._parts]) if self._parts else np.zeros(0, np.int32)
-        tf = np.concatenate([p[2] for p in self._parts]) if self._parts else np.zeros(0, np.float32)
-        self._parts.clear()
-        order = np.argsort(terms, kind="stable")  # rows stay in arrival order within a term
+        """Write the postings files into `directory` (term by term, WRITE_STEP postings at a time, each term's rows
+        ascending, impacts from this version's IDF and lengths); the statistics for the manifest."""
+        directory = Path(directory)
+        n_terms, total = len(self.term_id), self.n_postings
+        df = self._df[:n_terms].copy()
         ptr = np.zeros(n_terms + 1, dtype=np.int64)
-        np.cumsum(np.bincount(terms, minlength=n_terms), out=ptr[1:])
+        np.cumsum(df, out=ptr[1:])
+        block = BLOCK
+        bptr = block_pointers(df, block)
+        norm = length_norm(self.lengths, BM25_K1, BM25_B)
+        idfs = np.array([idf(int(d), self.n_rows) for d in df], np.float64)  # the scalar idf, as Bm25Scorer
         np.save(directory / "bm25_ptr.npy", ptr)
-        np.save(directory / "bm25_rows.npy", rows[order])
-        np.save(directory / "bm25_tf.npy", tf[order])
         np.save(directory / "bm25_length.npy", self.lengths)
+        writers = {name: _NpyWriter(directory / f"bm25_{name}.npy", dtype, n)
+                   for name, dtype, n in (("rows", np.int32, total), ("impact", np.float32, total),
+                                          ("tf", np.float32, total), ("bmax", np.float32, int(bptr[-1])),
+                                          ("blast", np.int32, int(bptr[-1])))}
+        bounds = [0]  # ranges of terms with at most WRITE_STEP postings each (or one longer term)
+        while bounds[-1] < n_terms:
+            t0 = bounds[-1]
+            bounds.append(min(n_terms, max(t0 + 1, int(np.searchsorted(ptr, ptr[t0] + WRITE_STEP, side="right")) - 1)))
+        try:
+            for t0, t1, records in zip(bounds, bounds[1:], self._buckets(np.asarray(bounds, np.int64))):
+                rows, imp, tf, bmax, blast = _sorted_with_impacts(records["term"], records["row"], records["tf"], ptr,
+                                                                  t0, t1, idfs, norm, BM25_K1 + 1.0, block)
+                for name, arr in (("rows", rows), ("impact", imp), ("tf", tf), ("bmax", bmax), ("blast", blast)):
+                    writers[name].write(arr)
+        finally:
+            for w in writers.values():
+                w.file.close()
+            if self._spill is not None:
+                self._spill.close()
+                self._spill = None
+        for w in writers.values():
+            w.close()
         (directory / TERMS_FILE).write_text(json.dumps(list(self.term_id)), encoding="utf-8")
         return {"k1": BM25_K1, "b": BM25_B, "weights": list(self.weights), "n_terms": n_terms,
-                "n_postings": int(len(rows)), "avgdl": float(self.lengths.mean()) if self.n_rows else 0.0}
+                "n_postings": int(total), "avgdl": float(self.lengths.mean()) if self.n_rows else 0.0,
+                "impacts": IMPACTS, "block": block}
+
+
+def postings_files(stats: dict | None) -> tuple[str, ...]:
+    """The memory-mapped postings files of a version whose manifest has these bm25 statistics."""
+    names = ARRAYS if stats and stats.get("impacts") else LEGACY_ARRAYS
+    return tuple(f"bm25_{a}.npy" for a in names)
 
 
 # -- querying ---------------------------------------------------------------------------------------------------
@@ -201,14 +609,17 @@ class Bm25Postings:
     def __init__(self, terms: list[str], arrays: dict[str, np.ndarray], stats: dict, max_terms: int = MAX_QUERY_TERMS):
         self.terms = terms
         self.term_id = {t: i for i, t in enumerate(terms)}
-        self.ptr, self.rows, self.tf, self.length = (arrays[a] for a in ARRAYS)
+        self.ptr, self.rows, self.impact, self.tf, self.length, self.bmax, self.blast = (arrays[a] for a in ARRAYS)
         self.k1, self.b = float(stats["k1"]), float(stats["b"])
         self.weights = tuple(float(w) for w in stats["weights"])
         self.max_terms = max_terms
         self.n_docs = len(self.length)
-        self.norm = length_norm(self.length, self.k1, self.b)
         self.df = np.diff(self.ptr)
+        self.block = int(stats.get("block", BLOCK))
+        self.bptr = block_pointers(self.df, self.block)
+        self._df_of = {t: d for t, d in zip(terms, self.df.tolist()) if d > 0}  # stem → document frequency
         self._spare: list[tuple[np.ndarray, np.ndarray]] = []  # accumulators (all zeros) free for the next query
+        self._scratch: list[tuple[np.ndarray, ...]] = []  # the same for the windows of `top_k`
         self._spare_lock = threading.Lock()
 
     @contextmanager
@@ -228,79 +639,126 @@ class Bm25Postings:
             with self._spare_lock:
                 self._spare.append(buffers)
 
+    @contextmanager
+    def _window_scratch(self) -> Iterator[tuple[np.ndarray, ...]]:
+        """Scratch space of `_top_k_maxscore` for WINDOW rows (zeros where it needs them; it leaves them so),
+        reused across queries and threads like `_buffers`."""
+        with self._spare_lock:
+            scratch = self._scratch.pop() if self._scratch else None
+        if scratch is None or len(scratch[0]) != WINDOW:
+            scratch = (np.zeros(WINDOW, np.float64), np.zeros(WINDOW, np.float64),
+                       np.zeros((WINDOW + 31) >> 5, np.int64), np.empty(WINDOW, np.int32))
+        try:
+            yield scratch
+        except BaseException:
+            for arr in scratch:
+                arr.fill(0)
+            raise
+        finally:
+            with self._spare_lock:
+                self._scratch.append(scratch)
+
     @classmethod
     def open(cls, directory: str | Path, stats: dict | None, n_rows: int) -> "Bm25Postings":
-        """Open the postings of a version directory (memory-mapped); IndexStateError when missing or corrupt."""
+        """Open the postings of a version directory (memory-mapped); IndexStateError when missing or corrupt. A
+        version written before the impacts gets them (and its blocks) computed in memory."""
         directory = Path(directory)
         if not stats:
             raise IndexStateError(f"index {directory} has no BM25 postings (built by an older ticketrec); {_RUN_INDEX}")
+        legacy = not stats.get("impacts")
         try:
             terms = json.loads((directory / TERMS_FILE).read_text(encoding="utf-8"))
-            arrays = {a: np.load(directory / f"bm25_{a}.npy", mmap_mode="r") for a in ARRAYS}
+            arrays = {a: np.load(directory / f"bm25_{a}.npy", mmap_mode="r") for a in (LEGACY_ARRAYS if legacy else ARRAYS)}
         except (OSError, ValueError) as exc:
             raise IndexStateError(f"the BM25 postings of index {directory} are missing or corrupt ({exc}); {_RUN_INDEX}") from exc
         ptr = arrays["ptr"]
         problems = []
         if ptr.shape != (len(terms) + 1,) or (len(ptr) and (ptr[0] != 0 or ptr[-1] != len(arrays["rows"]))):
             problems.append(f"bm25_ptr.npy has shape {ptr.shape} for {len(terms)} terms")
-        if arrays["tf"].shape != arrays["rows"].shape:
-            problems.append("bm25_tf.npy and bm25_rows.npy differ in length")
+        for name in ("tf", "impact"):
+            if name in arrays and arrays[name].shape != arrays["rows"].shape:
+                problems.append(f"bm25_{name}.npy and bm25_rows.npy differ in length")
         if arrays["length"].shape != (n_rows,):
             problems.append(f"bm25_length.npy has shape {arrays['length'].shape}, not ({n_rows},)")
+        if not legacy and not problems:
+            blocks = int(block_pointers(np.diff(ptr), int(stats.get("block", BLOCK)))[-1])
+            if arrays["bmax"].shape != (blocks,) or arrays["blast"].shape != (blocks,):
+                problems.append(f"bm25_bmax.npy or bm25_blast.npy do not have {blocks} blocks")
         if problems:
             raise IndexStateError(f"the BM25 postings of index {directory} are inconsistent ({'; '.join(problems)}); {_RUN_INDEX}")
+        if legacy:
+            stats = {**stats, "block": BLOCK}
+            arrays = _with_impacts(arrays, stats)
         return cls(terms, arrays, stats)
+
+    def hot_arrays(self) -> tuple[np.ndarray, ...]:
+        """The arrays queries read (a serving process maps their pages in at open: `TicketIndex.warm`)."""
+        return self.ptr, self.rows, self.impact, self.bmax, self.blast
 
     def params(self) -> dict:
         return {"backend": "index", "k1": self.k1, "b": self.b, "weights": dict(zip(FIELDS, self.weights)),
                 "max_terms": self.max_terms, "tokenizer": "unicode61-like + porter (stop words dropped)"}
 
-    def query_plan(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """(term ids, IDFs) of the query's terms that the index holds, as FTS5 would weigh them (one per distinct
-        query word; two words with one stem count twice, like two FTS5 phrases)."""
-        def document_frequency(stem: str) -> int:
-            return int(self.df[self.term_id[stem]]) if stem in self.term_id else 0
+    def query_terms(self, text: str) -> np.ndarray:
+        """The term ids of the query's terms that the index holds (one per distinct query word; two words with one
+        stem count twice, like two FTS5 phrases)."""
+        stems = query_stems(text, lambda stem: self._df_of.get(stem, 0), self.n_docs, self.max_terms)
+        term_id = self.term_id
+        return np.fromiter((term_id[s] for s in stems if s in self._df_of), np.int64)
 
-        stems = query_stems(text, document_frequency, self.n_docs, self.max_terms)
-        ids = [self.term_id[s] for s in stems if s in self.term_id]
-        ids = [i for i in ids if self.df[i] > 0]
-        return np.asarray(ids, np.int64), np.asarray([idf(int(self.df[i]), self.n_docs) for i in ids], np.float64)
+    def query_plan(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """(term ids, IDFs) of the query's terms that the index holds, as FTS5 would weigh them."""
+        ids = self.query_terms(text)
+        return ids, np.asarray([idf(int(self.df[i]), self.n_docs) for i in ids], np.float64)
 
     def scores(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """(rows, BM25 scores) of every row holding at least one query term, in no particular order."""
-        term_ids, idfs = self.query_plan(text)
+        term_ids = self.query_terms(text)
         if len(term_ids) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         if HAVE_NUMBA:
             with self._buffers() as (acc, touched):
-                n = _accumulate(self.ptr, self.rows, self.tf, self.norm, term_ids, idfs, self.k1 + 1.0, acc, touched)
+                n = _accumulate(self.ptr, self.rows, self.impact, term_ids, acc, touched)
                 rows = touched[:n].astype(np.int64)
                 scores = acc[rows]
                 acc[rows] = 0.0
             return rows, scores
         acc = np.zeros(self.n_docs, dtype=np.float64)  # without numba
-        for t, idf_t in zip(term_ids, idfs):
+        for t in term_ids:
             sl = slice(int(self.ptr[t]), int(self.ptr[t + 1]))
-            r, f = np.asarray(self.rows[sl]), np.asarray(self.tf[sl], np.float64)
-            np.add.at(acc, r, term_score(idf_t, f, self.norm[r], self.k1 + 1.0))
+            acc[np.asarray(self.rows[sl])] += np.asarray(self.impact[sl], np.float64)  # a term's rows are distinct
         rows = np.flatnonzero(acc)
         return rows, acc[rows]
 
-    def top_k(self, text: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def top_k(self, text: str, k: int, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
         """The k best rows for `text` and their BM25 scores, best first (ties: lower row first, like FTS5's
-        rowid order); empty arrays when no query word is indexed."""
+        rowid order); empty arrays when no query word is indexed. `method`: one of METHODS; the same answer with
+        each."""
         if k <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
-        if HAVE_NUMBA:  # accumulate and select in compiled code: no array of all matching rows is made
-            term_ids, idfs = self.query_plan(text)
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+        if method == "auto":
+            method = "maxscore" if self.n_docs >= SKIP_FROM_ROWS else "windowed"
+        if HAVE_NUMBA:  # select in compiled code: no array of all matching rows is made
+            term_ids = self.query_terms(text)
             if len(term_ids) == 0:
                 return np.zeros(0, np.int64), np.zeros(0, np.float64)
-            heap_s, heap_r = np.empty(k, np.float64), np.empty(k, np.int32)
-            with self._buffers() as (acc, touched):
-                n = _accumulate(self.ptr, self.rows, self.tf, self.norm, term_ids, idfs, self.k1 + 1.0, acc, touched)
-                m = _select_best(acc, touched, n, k, heap_s, heap_r)
+            k = min(k, self.n_docs)
+            if method == "exhaustive":
+                heap_s, heap_r = np.empty(k, np.float64), np.empty(k, np.int32)
+                with self._buffers() as (acc, touched):
+                    n = _accumulate(self.ptr, self.rows, self.impact, term_ids, acc, touched)
+                    m = _select_best(acc, touched, n, k, heap_s, heap_r)
+            else:
+                cap = 2 * k + BUFFER_SLACK
+                heap_s, heap_r = np.empty(cap, np.float64), np.empty(cap, np.int32)
+                with self._window_scratch() as scratch:
+                    m = _top_k_maxscore(self.ptr, self.rows, self.impact, self.bptr, self.bmax, self.blast, term_ids,
+                                        self.n_docs, k, WINDOW, self.block, method == "maxscore", DENSE, RETRY, heap_s,
+                                        heap_r, *scratch)
             rows, scores = heap_r[:m].astype(np.int64), heap_s[:m]
-            order = np.lexsort((rows, -scores))
+            order = np.lexsort((rows, -scores))[:k]
             return rows[order], scores[order]
         rows, scores = self.scores(text)  # without numba
         if len(rows) == 0:
@@ -323,3 +781,21 @@ class Bm25Postings:
         dense = np.zeros(self.n_docs, dtype=np.float64)
         dense[all_rows] = all_scores
         return dense[rows]
+
+
+def _with_impacts(arrays: dict[str, np.ndarray], stats: dict) -> dict[str, np.ndarray]:
+    """The arrays of a version written before the impacts, completed in memory: each term's postings sorted by
+    row (an incremental build appended reused rows after new ones), impacts and blocks."""
+    ptr = np.asarray(arrays["ptr"])
+    length = np.asarray(arrays["length"])
+    df = np.diff(ptr)
+    n_docs = len(length)
+    terms = np.repeat(np.arange(len(df), dtype=np.int32), df)
+    idfs = np.array([idf(int(d), n_docs) for d in df], np.float64)
+    norm = length_norm(length, float(stats["k1"]), float(stats["b"]))
+    rows, imp, tf, bmax, blast = _sorted_with_impacts(terms, np.asarray(arrays["rows"]), np.asarray(arrays["tf"]), ptr,
+                                                      0, len(df), idfs, norm, float(stats["k1"]) + 1.0, int(stats["block"]))
+    out = {"ptr": ptr, "rows": rows, "impact": imp, "tf": tf, "length": length, "bmax": bmax, "blast": blast}
+    for arr in out.values():
+        arr.flags.writeable = False  # like the memory maps: the same compiled kernels serve both
+    return out

@@ -4,12 +4,12 @@ Label-free training (`unsupervised.py`) fine-tunes a copy of the packaged encode
 `MultipleNegativesRankingLoss` (each mined query against its own ticket view, the other views of the batch as
 negatives), one short epoch on CPU, and keeps it only when it ranks the held-out slice better than the packaged
 encoder. A kept encoder is saved inside the model directory (`sentence_encoder/`), its files' SHA-256 recorded in
-the model's config, and loads from there offline (`load_adapted`), verified like the packaged one.
+the model's config, and loads from there offline (`load_adapted`), verified like the packaged one, on the backend
+new models use (`pretrained.selected`: ONNX Runtime int8 unless set otherwise), exported on first use into the
+checksummed cache of `onnx_encoder.py` like any encoder.
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,59 +21,25 @@ from tqdm import tqdm
 
 from ..errors import ModelError
 from ..lexical.analyzer import clean
-from .pretrained import PretrainedEncoder, get_encoder
+from .pretrained import SentenceEncoder, file_checksums, get_encoder, load_encoder, selected
 
 #: The directory of an adapted encoder inside a model directory.
 ENCODER_DIR = "sentence_encoder"
-_LOADED: dict[tuple[str, str], "AdaptedEncoder"] = {}
+__all__ = ["ENCODER_DIR", "adapt", "file_checksums", "load_adapted", "save_into"]
 
 
-def file_checksums(directory: Path) -> dict[str, str]:
-    """SHA-256 of every file under `directory`, by its path relative to it."""
-    out = {}
-    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file()):
-        with path.open("rb") as fh:
-            out[path.relative_to(directory).as_posix()] = hashlib.file_digest(fh, "sha256").hexdigest()
-    return out
-
-
-class AdaptedEncoder(PretrainedEncoder):
-    """The S encoder fine-tuned on a knowledge base; the same `encode` as the packaged one."""
-
-    name = "all-MiniLM-L6-v2, adapted to the knowledge base"
-
-    def __init__(self, model_dir: Path, files: dict[str, str]):  # noqa: D107 - not the packaged files: verified here
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        found = file_checksums(model_dir) if Path(model_dir).is_dir() else {}
-        if found != files:
-            differ = sorted(set(found) ^ set(files) | {k for k in files if found.get(k) != files[k]})
-            raise ModelError(f"the adapted sentence encoder in {model_dir} does not match the model's config "
-                             f"({', '.join(differ[:3]) or 'missing'}); the model directory is damaged, retrain it")
-        from sentence_transformers import SentenceTransformer
-
-        try:
-            self.model = SentenceTransformer(str(model_dir), device="cpu")
-        except Exception as exc:  # a damaged directory surfaces as many error types
-            raise ModelError(f"cannot load the adapted sentence encoder {model_dir} ({exc}); retrain the model") from exc
-
-
-def load_adapted(model_dir: Path, files: dict[str, str]) -> AdaptedEncoder:
-    """The adapted encoder saved in `model_dir` (verified against `files`), loaded once per process and verified
-    again whenever a file of it changed (size or modification time)."""
-    stats = tuple((p.as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
-                  for p in sorted(Path(model_dir).rglob("*")) if p.is_file()) if Path(model_dir).is_dir() else ()
-    key = (str(model_dir), hashlib.sha256(repr((sorted(files.items()), stats)).encode()).hexdigest())
-    if key not in _LOADED:
-        _LOADED[key] = AdaptedEncoder(Path(model_dir), files)
-    return _LOADED[key]
+def load_adapted(model_dir: Path, files: dict[str, str], backend: str | None = None) -> SentenceEncoder:
+    """The adapted encoder saved in `model_dir` (verified against `files`) on `backend` (None: the one new models
+    use), loaded once per process and verified again whenever a file of it changed (size or modification time)."""
+    return load_encoder(model_dir, files, backend or selected()[1], name="adapted to the knowledge base")
 
 
 def adapt(anchors: Sequence[str], positives: Sequence[str], *, seed: int = 0, epochs: int = 1, batch_size: int = 32,
           lr: float = 2e-5, max_seq_length: int = 128, progress: bool = False) -> tuple[Path, dict[str, str]]:
-    """Fine-tune a copy of the packaged encoder on (anchor, positive) pairs with MultipleNegativesRankingLoss
-    (in-batch negatives; give each positive once, or a batch holds false negatives); save it into a new
-    temporary directory. Returns (directory, file checksums). Deterministic for a seed on one thread."""
+    """Fine-tune a copy of the encoder new models use (the packaged one unless `--encoder DIR` chose another) on
+    (anchor, positive) pairs with MultipleNegativesRankingLoss (in-batch negatives; give each positive once, or a
+    batch holds false negatives); save it into a new temporary directory. Returns (directory, file checksums).
+    Deterministic for a seed on one thread."""
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     base = get_encoder().model

@@ -4,8 +4,9 @@ typos (about 20 % of a word's characters substituted, 5 % deleted), synonyms, ex
 Synonyms are induced from the knowledge base itself: a word's nearest word2vec neighbours (cosine above a
 threshold) stand in for it. Every augmentation is deterministic for a seed: `Augmenter.augment(text, key)`
 draws from a generator seeded by (seed, key, text), so the same call gives the same text in every process.
-Shared by the label-free training of the Replicated Siamese LSTM (`mining.py`) and any character-level
-Siamese network.
+Shared by the label-free training of the Replicated Siamese LSTM (`mining.py`) and the character-level Siamese
+BLSTM (`char_siamese.py`, through the same mined pairs). `Augmenter.perturb` makes one kind of noise at a time
+(every word typo'd, extra words, two words swapped): the queries of the invariance tests (`benchmarks/invariance.py`).
 """
 from __future__ import annotations
 
@@ -124,3 +125,48 @@ class Augmenter:
         if not out and words:
             out = [words[0]]
         return " ".join(out)
+
+    def perturb(self, text: str, kind: str, key: str | int = "", extra: int = 2) -> str:
+        """One kind of noise (`PERTURBATIONS`), deterministic for (seed, kind, key, text): "typos" (every word, at
+        `substitute_chars` / `delete_chars` per character), "extra_words" (`extra` words of `extra_vocabulary` at
+        random positions) or "word_order" (two words swapped)."""
+        rng = self.rng(text, f"{kind}\x00{key}")
+        if kind == "typos":
+            return with_typos(text, rng, self.substitute_chars, self.delete_chars)
+        if kind == "extra_words":
+            return with_extra_words(text, self.extra_vocabulary, rng, extra)
+        if kind == "word_order":
+            return swap_words(text, rng)
+        raise ValueError(f"unknown perturbation {kind!r}; use one of {', '.join(PERTURBATIONS)}")
+
+
+# -- the perturbations of the invariance tests (Neculoiu et al. 2016, section 5): one kind of noise at a time ----------
+#: The kinds `Augmenter.perturb` makes.
+PERTURBATIONS = ("typos", "extra_words", "word_order")
+
+
+def with_typos(text: str, rng: random.Random, substitute: float = 0.20, delete: float = 0.05) -> str:
+    """`text` with a typo chance on every character of every word (`typo`: 20 % substituted, 5 % deleted)."""
+    return " ".join(typo(word, rng, substitute, delete) for word in _WORD.findall(text))
+
+
+def with_extra_words(text: str, vocabulary: Sequence[str], rng: random.Random, n: int = 1) -> str:
+    """`text` with `n` words of `vocabulary` inserted at random positions (`text` itself when it is empty)."""
+    words = _WORD.findall(text)
+    if not vocabulary or not words:
+        return text
+    for _ in range(n):
+        words.insert(rng.randrange(len(words) + 1), rng.choice(list(vocabulary)))
+    return " ".join(words)
+
+
+def swap_words(text: str, rng: random.Random) -> str:
+    """`text` with two of its words, at two random positions holding different words, swapped (`text` itself when
+    it has fewer than two different words)."""
+    words = _WORD.findall(text)
+    if len(set(words)) < 2:
+        return text
+    i = rng.randrange(len(words))
+    j = rng.choice([k for k, word in enumerate(words) if word != words[i]])
+    words[i], words[j] = words[j], words[i]
+    return " ".join(words)

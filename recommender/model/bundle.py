@@ -9,6 +9,8 @@
       calibrator.json   isotonic thresholds (X, y)
       topic_vocab.json  the DocNADE vocabulary (only with the T channel)
       docnade/          DocNADE's own config.json + weights (only with the T channel)
+      sentence_encoder/ the S channel's own encoder (a `--encoder DIR` copy, or the one label-free training adapted;
+                        absent for the packaged all-MiniLM-L6-v2); config.json's `s_channel` says how S is computed
 """
 from __future__ import annotations
 
@@ -103,7 +105,10 @@ class TicketModel:
 
     def __init__(self, config: SiameseConfig, vocab: Vocabulary, chars: CharVocabulary, splitter: SentenceSplitter,
                  net: ReplicatedSiameseLSTM, calibrator: Calibrator | None = None, topic_model=None,
-                 topic_vocab: Vocabulary | None = None, meta: dict | None = None):
+                 topic_vocab: Vocabulary | None = None, meta: dict | None = None, *, s_channel: dict | None = None):
+        """`meta["s_channel"]` records the S channel's encoder (`pretrained.channel_record`); a new model with S
+        and no record takes the selected encoder (`pretrained.selected`); `s_channel` is what a loaded model without
+        a record used (`pretrained.LEGACY_CHANNEL`), kept out of its config so its version stays."""
         self.siamese_config = config
         self.vocab, self.chars, self.splitter = vocab, chars, splitter
         self.net = net
@@ -118,6 +123,22 @@ class TicketModel:
         self.net.eval()
         if "T" in config.active_channels and (topic_model is None or topic_vocab is None):
             raise ModelError("a model with the topic channel T needs its DocNADE model and topic vocabulary")
+        if "S" in config.active_channels and "s_channel" not in self.meta and s_channel is None:
+            self._record_selected_encoder()
+        #: how this model's S vectors are computed: encoder, dimension, backend, checksum, word pieces per component
+        self.s_channel: dict | None = self.meta.get("s_channel") or s_channel
+
+    def _record_selected_encoder(self) -> None:
+        """Record the encoder new models use (`ticketrec train --encoder DIR`, TICKETREC_ENCODER, else the packaged
+        one) in meta; a user's directory is also copied into the model directory when it is saved."""
+        from .pretrained import channel_record, file_checksums, get_encoder, selected
+
+        directory, _ = selected()
+        encoder = get_encoder()
+        self.meta["s_channel"] = channel_record(encoder)
+        if directory is not None:
+            self.meta["sentence_encoder"] = {"base": encoder.name, "files": file_checksums(directory)}
+            self.sentence_encoder_dir = Path(directory)
 
     # -- the interface of docs/internals.md ------------------------------------------------
     @property
@@ -142,8 +163,14 @@ class TicketModel:
     def metric_spec(self) -> dict:
         return self.net.metric_spec()
 
-    def prepare(self, items: Sequence[Query] | Sequence[Ticket], side: str, progress: bool = False) -> Prepared:
-        """Component tokens and the precomputed T and S vectors of queries (side="query") or tickets ("ticket")."""
+    def prepare(self, items: Sequence[Query] | Sequence[Ticket], side: str, progress: bool = False,
+                used_only: bool = False) -> Prepared:
+        """Component tokens and the precomputed T and S vectors of queries (side="query") or tickets ("ticket").
+
+        With `used_only` the S encoder reads only the components that a pair with a non-zero weight uses (the
+        others get zero vectors, which a zero weight ignores): what serving needs. Without it every component is
+        encoded, for anything that may change the weights (training, weight selection).
+        """
         make = self.featurizer.query_tokens if side == "query" else self.featurizer.ticket_tokens
         items = [bounded(x) for x in items]  # bounded work and memory whatever the text (MAX_TEXT_CHARS)
         tokens = [make(x) for x in tqdm(items, desc=f"tokenising {side}s", disable=not progress, leave=False)]
@@ -157,26 +184,62 @@ class TicketModel:
                 extras[f"{comp}.T"] = (np.asarray(self.topic_model.transform(docs), dtype=np.float32) if docs
                                        else np.zeros((0, self.siamese_config.topics), dtype=np.float32))
         if "S" in channels:
-            encoder = self.sentence_encoder()
-            for comp in comps:
-                texts = [self._component_text(x, comp, side) for x in items]
-                extras[f"{comp}.S"] = encoder.encode(texts, progress=progress)
+            extras.update(self._sentence_vectors(items, comps, side, used_only, progress))
         return Prepared(tokens, extras)
 
+    def s_components(self, side: str) -> list[str]:
+        """The components of `side` ("query" or "ticket") whose S vectors the metric weighs above zero."""
+        spec = self.metric_spec()
+        if float(spec["channels"].get("S", 0.0)) <= 0.0:
+            return []
+        at = 0 if side == "query" else 1
+        return sorted({p[at] for p in spec["pairs"] if float(p[2]) > 0.0})
+
+    def _sentence_vectors(self, items, comps: Sequence[str], side: str, used_only: bool,
+                          progress: bool) -> dict[str, np.ndarray]:
+        """"COMP.S" of every component: the texts of all wanted components encoded in one call per truncation
+        length (`max_tokens`; each distinct text once), zero vectors for the components not wanted."""
+        record = self.s_channel or {}
+        dim, limits = int(record.get("dim", 0)), record.get("max_tokens")
+        wanted = [c for c in comps if c in self.s_components(side)] if used_only else list(comps)
+        out = {f"{comp}.S": np.zeros((len(items), dim), dtype=np.float32) for comp in comps}
+        if not wanted or not items:
+            return out
+        encoder = self.sentence_encoder()
+        if encoder.dim != dim:
+            raise ModelError(f"the sentence encoder {encoder.name} gives {encoder.dim}-d vectors, this model's S channel "
+                             f"was trained on {dim}-d ones; retrain the model with this encoder")
+        groups: dict[int | None, list[str]] = {}
+        for comp in wanted:
+            groups.setdefault(limits.get(comp) if isinstance(limits, dict) else limits, []).append(comp)
+        n = len(items)
+        for limit, group in groups.items():
+            texts = [self._component_text(x, comp, side) for comp in group for x in items]
+            vectors = encoder.encode(texts, progress=progress, max_tokens=limit)
+            for j, comp in enumerate(group):
+                out[f"{comp}.S"] = vectors[j * n : (j + 1) * n]
+        return out
+
     def sentence_encoder(self):
-        """The S channel's encoder: the packaged all-MiniLM-L6-v2, or this model's copy of it adapted to its
-        knowledge base (`adaptation.py`: label-free training keeps one when it ranks better), verified."""
-        adapted = self.meta.get("sentence_encoder")
-        if adapted:
-            from .adaptation import load_adapted
+        """The S channel's encoder on the backend the model records (`s_channel`): the packaged all-MiniLM-L6-v2, or
+        the encoder in the model directory (`sentence_encoder/`: a `--encoder DIR` copy, or the one adapted to the
+        knowledge base by label-free training), verified against the checksums in the config."""
+        from .pretrained import LEGACY_CHANNEL, load_encoder
 
+        record = self.s_channel or LEGACY_CHANNEL
+        own = self.meta.get("sentence_encoder")
+        if own:
             if self.sentence_encoder_dir is None:
-                raise ModelError("this model's S channel is an adapted encoder, but its directory is unknown; "
+                raise ModelError("this model's S channel is an encoder of its own, but its directory is unknown; "
                                  "load the model with TicketModel.load")
-            return load_adapted(self.sentence_encoder_dir, adapted["files"])
-        from .pretrained import get_encoder
-
-        return get_encoder()
+            name = str(own.get("base") or record.get("encoder") or "sentence encoder")
+            return load_encoder(self.sentence_encoder_dir, own["files"], record["backend"],
+                                name=f"{name}, adapted to the knowledge base" if own.get("loss") else name)
+        encoder = load_encoder(None, None, record["backend"])
+        if record.get("checksum") and encoder.checksum != record["checksum"]:
+            raise ModelError(f"this model's S channel was trained with an encoder whose files differ from the "
+                             f"packaged {encoder.name} (checksum {record['checksum'][:12]}…); retrain the model")
+        return encoder
 
     def _component_text(self, item, comp: str, side: str) -> str:
         fields = {"SUB": item.subject, "DESC": item.description, "SOL": getattr(item, "solution", "") or ""}
@@ -201,11 +264,11 @@ class TicketModel:
 
     def encode_queries(self, queries: Sequence[Query], batch_size: int = 256, progress: bool = False) -> EncodedBatch:
         """EncodedBatch of queries: "SUB.h", "DESC.E", ... (only the components and channels the model uses)."""
-        return self.encode_prepared(self.prepare(queries, "query", progress), batch_size, progress)
+        return self.encode_prepared(self.prepare(queries, "query", progress, used_only=True), batch_size, progress)
 
     def encode_tickets(self, tickets: Sequence[Ticket], batch_size: int = 256, progress: bool = False) -> EncodedBatch:
         """EncodedBatch of tickets: "SUB.h", "SOL.E", ... (computed once, at index time)."""
-        return self.encode_prepared(self.prepare(tickets, "ticket", progress), batch_size, progress)
+        return self.encode_prepared(self.prepare(tickets, "ticket", progress, used_only=True), batch_size, progress)
 
     def score_encoded(self, q: EncodedBatch, t: EncodedBatch, lexical: np.ndarray | None = None) -> np.ndarray:
         """g for aligned rows of already encoded queries and tickets (`lexical`: see `score_pairs`)."""
@@ -340,8 +403,13 @@ class TicketModel:
             topic_vocab = Vocabulary.load(path / "topic_vocab.json")
             topic_model = _load_docnade(path / "docnade")
         meta = {k: v for k, v in config.items() if k not in ("format_version", "hyperparameters", "metric", "chars", "version")}
-        model = cls(sconfig, vocab, chars, splitter, net, calibrator, topic_model, topic_vocab, meta)
-        if meta.get("sentence_encoder"):  # an adapted S encoder lives in the model directory (verified on first use)
+        legacy = None
+        if "S" in sconfig.active_channels and "s_channel" not in meta:  # trained before the record: torch, 256 pieces
+            from .pretrained import LEGACY_CHANNEL
+
+            legacy = dict(LEGACY_CHANNEL)
+        model = cls(sconfig, vocab, chars, splitter, net, calibrator, topic_model, topic_vocab, meta, s_channel=legacy)
+        if meta.get("sentence_encoder"):  # an own S encoder lives in the model directory (verified on first use)
             model.sentence_encoder_dir = path / "sentence_encoder"
         if model.metric_spec() != metric:
             raise ModelError(f"the metric weights in {cfg_file} do not match {weights_file}; the artifact is "

@@ -94,6 +94,10 @@ class SiameseConfig:
     patience: int = 3
     dev_share: float = 0.2
     relevant_min: float = 3.0  # labels ≥ this count as relevant for MAP (SemEval: PerfectMatch and Relevant)
+    # weight of the in-batch ranking loss beside MSE (0: the paper's MSE alone): each relevant pair's ticket must
+    # be the nearest of the batch's tickets to its query, softmax over −rank_scale·d (label-free training uses it)
+    rank_loss: float = 0.0
+    rank_scale: float = 10.0
 
     def __post_init__(self):
         self.validate()
@@ -131,6 +135,8 @@ class SiameseConfig:
             raise InputError(f"unknown e_norm {self.e_norm!r}; use one of {', '.join(E_NORMS)}")
         if self.weights not in ("fixed", "grid", "learn"):
             raise InputError(f"weights must be fixed, grid or learn, not {self.weights!r}")
+        if self.rank_loss < 0 or self.rank_scale <= 0:
+            raise InputError("rank_loss must be ≥ 0 and rank_scale > 0")
         if self.select_by not in ("map", "pearson"):
             raise InputError(f"select_by must be map or pearson, not {self.select_by!r}")
         for p in self.pairs:

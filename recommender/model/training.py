@@ -27,7 +27,7 @@ from .embeddings import CharVocabulary, align_vectors, load_word2vec, train_word
 from ..errors import InputError
 from .bundle import Prepared, TicketModel, _package_versions, build_topic_vocab, topic_documents
 from ..data.records import Query, Ticket
-from .siamese import CHANNELS, ReplicatedSiameseLSTM, SiameseConfig
+from .siamese import CHANNELS, ReplicatedSiameseLSTM, SiameseConfig, metric_distance
 from ..data.store import Dataset
 from ..lexical.bm25 import Bm25Scorer
 from .sentences import SentenceSplitter
@@ -284,7 +284,7 @@ def _encode_all(model: TicketModel, prepared: Prepared) -> dict[str, torch.Tenso
     return {k: torch.from_numpy(v) for k, v in enc.items()}
 
 
-def _pair_distances(model: TicketModel, qp: Prepared, tp: Prepared, pairs: PairSet) -> np.ndarray:
+def pair_distances(model: TicketModel, qp: Prepared, tp: Prepared, pairs: PairSet) -> np.ndarray:
     """[N, P, C] channel distances of every labelled pair (queries and tickets encoded once)."""
     q, t = _encode_all(model, qp), _encode_all(model, tp)
     with torch.no_grad():
@@ -358,7 +358,7 @@ def mean_distance(model: TicketModel, data: PreparedPairs) -> float:
 
 def pair_scores(model: TicketModel, data: PreparedPairs) -> np.ndarray:
     """The uncalibrated similarity g = exp(−d) ∈ (0, 1] of every pair (BM25 channel from `data.lexical`)."""
-    return _scores(model, _pair_distances(model, data.queries, data.tickets, data.pairs), data.lexical)
+    return _scores(model, pair_distances(model, data.queries, data.tickets, data.pairs), data.lexical)
 
 
 def evaluate(model: TicketModel, data: PreparedPairs) -> dict:
@@ -438,7 +438,7 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
 
     selection = None
     if config.weights == "grid" and dev_set is not None:
-        dist = _pair_distances(model, dq, dt, dev_pairs)
+        dist = pair_distances(model, dq, dt, dev_pairs)
         spec, value = select_weights(dist, dev_pairs.y, dev_pairs.q, config.metric_pairs, net.channel_names,
                                      config.grid, net.metric_spec(), dev_ratio, config.select_by, config.relevant_min)
         net.set_weights([v for *_, v in spec["pairs"]], spec["channels"], spec["bm25"])
@@ -458,6 +458,25 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
     if out_dir is not None:
         model.save(out_dir)
     return model
+
+
+def in_batch_ranking_loss(net, qv: dict[str, torch.Tensor], tv: dict[str, torch.Tensor], ticket_ids: np.ndarray,
+                          relevant: np.ndarray, scale: float) -> torch.Tensor:
+    """Cross-entropy of each relevant pair's own ticket among every distinct ticket of the batch, with logits
+    −scale·d (the metric's learnable channels; BM25 is not known for the cross pairs). Other rows holding the
+    same ticket are left out; 0 when the batch has no relevant pair."""
+    pos = np.flatnonzero(relevant)
+    if len(pos) == 0:
+        return torch.zeros(())
+    n = len(ticket_ids)
+    qi, tj = np.repeat(pos, n), np.tile(np.arange(n), len(pos))
+    qi_t, tj_t = torch.from_numpy(qi), torch.from_numpy(tj)
+    d = metric_distance(net.distances({k: v[qi_t] for k, v in qv.items()}, {k: v[tj_t] for k, v in tv.items()}),
+                        net.pair_weights(), net.channel_weights()).view(len(pos), n)
+    same = ticket_ids[pos][:, None] == ticket_ids[None, :]
+    same[np.arange(len(pos)), pos] = False  # the own row stays: it is the target
+    logits = (-scale * d).masked_fill(torch.from_numpy(same), float("-inf"))
+    return torch.nn.functional.cross_entropy(logits, torch.from_numpy(pos))
 
 
 def _fit(model: TicketModel, train: PreparedPairs, dev: PreparedPairs | None, epochs: int, lr: float, seed: int,
@@ -487,8 +506,13 @@ def _fit(model: TicketModel, train: PreparedPairs, dev: PreparedPairs | None, ep
             qb = model.featurizer.batch(*tq.rows(pairs.q[idx]))
             tb = model.featurizer.batch(*tt.rows(pairs.t[idx]))
             r = None if ratio is None else torch.from_numpy(ratio[idx].astype(np.float32))
-            g = net(qb, tb, r)
+            qv, tv = net.encode(qb), net.encode(tb)
+            g = net.similarity(qv, tv, r)
             loss = torch.mean((g - target[idx]) ** 2)
+            if config.rank_loss > 0:
+                loss = loss + config.rank_loss * in_batch_ranking_loss(net, qv, tv, pairs.t[idx],
+                                                                       pairs.y[idx] >= config.relevant_min,
+                                                                       config.rank_scale)
             opt.zero_grad()
             if wopt:
                 wopt.zero_grad()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Iterator, Sequence, overload
 
@@ -238,7 +239,7 @@ class Recommender:
         timings["encode"] = time.perf_counter() - t0
 
         t1 = time.perf_counter()
-        rows, bm25 = self._candidates(query, index)
+        rows, bm25 = self.candidates(query, index)
         timings["prefilter"] = time.perf_counter() - t1
 
         t2 = time.perf_counter()
@@ -260,7 +261,7 @@ class Recommender:
             out.append(Recommendation(
                 ticket=ticket, rank=rank, raw_score=float(g), score=float(score),
                 shared_terms=shared_terms(words, ticket),
-                topics=model.top_topics(index.vectors, index.row_of[tid], n=3) if with_topics else [],
+                topics=result_topics(model, index.vectors, index.row_of[tid], n=3) if with_topics else [],
                 bm25=None if bm is None else float(bm), channel_shares=share,
             ))
         timings["tickets"] = time.perf_counter() - t3
@@ -271,7 +272,7 @@ class Recommender:
                           timings=timings)
         return Answer(out, info)
 
-    def _candidates(self, query: Query, index) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def candidates(self, query: Query, index) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(candidate rows, their BM25) from the searcher face; rows None = score the whole index, with `bm25`
         then None (no lexical term) or one score per index row.
 
@@ -325,6 +326,24 @@ class Recommender:
 
 #: Candidates (at most) whose per-channel distances stand for "the typical candidate" of a query.
 REFERENCE_SAMPLE = 256
+
+#: Each served model's DocNADE topic words (model → (its fingerprint, words)): a top-k over the whole vocabulary per
+#: topic, which `TicketModel.top_topics` recomputed for every result (40 ms a query on a real vocabulary).
+_TOPIC_WORDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def result_topics(model, ticket_vecs, row: int, n: int = 3) -> list[dict]:
+    """`model.top_topics(ticket_vecs, row, n)` with the topics' top words computed once per model."""
+    keys = [key for key in ticket_vecs if key.endswith(".T")]
+    if not keys or model.topic_model is None:
+        return []
+    cached = _TOPIC_WORDS.get(model)
+    if cached is None or cached[0] != model.version:
+        cached = _TOPIC_WORDS[model] = (model.version, model.topic_words(5))
+    words = cached[1]
+    vec = np.mean([ticket_vecs[key][row] for key in keys], axis=0)
+    best = np.argsort(-vec, kind="stable")[:n]
+    return [{"id": int(i), "weight": float(vec[i]), "words": words[i] if i < len(words) else []} for i in best]
 
 
 def result_channel_shares(index, query_vecs, best: Sequence[tuple[str, float, float | None]], rows=None,

@@ -37,7 +37,7 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..lexical.postings import ARRAYS as POSTINGS_ARRAYS, Bm25Postings, ChunkTerms, PostingsBuilder, ticket_terms
+from ..lexical.postings import Bm25Postings, ChunkTerms, PostingsBuilder, postings_files, ticket_terms
 from ..config import Settings
 from ..errors import IndexStateError
 from ..files import atomic_directory, atomic_write_text, disk_full, preallocate, seal_tree
@@ -54,8 +54,9 @@ IDS_FILE = "ticket_ids.json"
 UPDATED_FILE = "updated_at.npy"
 VECTORS_FILE = "vectors.npy"
 MODEL_DIR = "model"
-#: The memory-mapped files of a version: a reader checks them for changes before every use.
-MAPPED_FILES = (VECTORS_FILE, *(f"bm25_{a}.npy" for a in POSTINGS_ARRAYS))
+#: The memory-mapped files of a version: a reader checks them for changes before every use (the postings' files
+#: depend on the version: `postings_files`).
+MAPPED_FILES = (VECTORS_FILE, *postings_files({"impacts": True}))
 #: Rows of vectors.npy checked for finite values when a version is opened (evenly spaced; every row when verified).
 SAMPLED_ROWS = 64
 #: The free-space check wants the estimated size of the new version times SPACE_FACTOR, plus SPACE_SLACK bytes.
@@ -133,6 +134,10 @@ class TicketIndex:
         self._bm25: Bm25Postings | None = None
         self._model = None
         self._model_lock = threading.Lock()  # the model is loaded once, by the first thread that needs it
+        #: Bytes `warm` may lock in memory (TICKETREC_INDEX_PIN; `open_version` sets it from the settings).
+        self.pin = 0
+        #: What `warm` did (None before it ran): see `load_into_memory`.
+        self.warmed: dict | None = None
 
     @property
     def version(self) -> str:
@@ -216,11 +221,30 @@ class TicketIndex:
         if self._guard is not None:
             self._guard.close()
 
-    def warm(self) -> None:
-        """Map every page of the vectors and postings into this process now, so queries do not pay page faults
-        (a serving process calls it once per version; the files stay shared in the page cache)."""
-        for arr in (self.vectors.matrix, self.bm25.rows, self.bm25.tf, self.bm25.length):
-            _populate(arr)
+    def warm(self, pin: int | None = None) -> dict:
+        """Load the vectors and the postings queries read into memory now, so queries do not pay page faults (a
+        serving process calls it once per version; the files stay shared in the page cache): every page mapped and
+        read once when they fit in the available memory, then locked (mlock) up to `pin` bytes, vectors first
+        (default: TICKETREC_INDEX_PIN of the settings the version was opened with). Returns what it did
+        (`load_into_memory`), also kept as `self.warmed`."""
+        arrays = {VECTORS_FILE: self.vectors.matrix,
+                  **{f"postings {i}": arr for i, arr in enumerate(self.bm25.hot_arrays())}}
+        self.warmed = load_into_memory(arrays, self.pin if pin is None else pin, label=f"index {self.version}")
+        return self.warmed
+
+    def memory(self) -> dict:
+        """How much of the mapped vectors and postings is in memory now: {"bytes", "resident_bytes" (pages in the
+        page cache, by mincore(2); None where it cannot be asked), "vectors_bytes", "vectors_resident_bytes",
+        "locked_bytes" (locked by this process's `warm`), "pin" (its budget)}. A separate process (`ticketrec status`)
+        sees the same page cache, so it can tell how much of a served version is resident."""
+        self.check_unchanged()
+        vectors = self._vectors.matrix
+        arrays = [vectors, *self.bm25.hot_arrays()]
+        resident = [resident_bytes(arr) for arr in arrays]
+        return {"bytes": int(sum(arr.nbytes for arr in arrays)),
+                "resident_bytes": None if None in resident else int(sum(resident)),
+                "vectors_bytes": int(vectors.nbytes), "vectors_resident_bytes": resident[0],
+                "locked_bytes": int((self.warmed or {}).get("locked_bytes", 0)), "pin": int(self.pin)}
 
     @property
     def bm25(self) -> Bm25Postings:
@@ -276,8 +300,9 @@ class TicketIndex:
         try:
             ticket_ids = json.loads((path / IDS_FILE).read_text())
             updated_at = np.load(path / UPDATED_FILE)  # small: read, not mapped
-            guard = _FileGuard(path, MAPPED_FILES)
-            recorded = {name: _manifest_bytes(manifest, name) for name in MAPPED_FILES}
+            mapped = (VECTORS_FILE, *postings_files(manifest.get("bm25")))
+            guard = _FileGuard(path, mapped)
+            recorded = {name: _manifest_bytes(manifest, name) for name in mapped}
             if any(recorded[name] not in (None, size) for name, (size, _) in guard.stamps.items()):
                 raise ValueError("a file changed while the version was opened")
             matrix = np.load(path / VECTORS_FILE, mmap_mode="r")
@@ -437,7 +462,112 @@ def _populate(arr: np.ndarray) -> None:
             pass
     flat = np.asarray(arr).reshape(-1)
     if flat.size:
-        float(flat[:: max(1, 4096 // flat.itemsize)].sum())
+        float(flat[:: max(1, PAGE_SIZE // flat.itemsize)].sum(dtype=np.float64))
+
+
+#: Memory left free when `load_into_memory` decides whether an index fits: at least this many bytes...
+MIN_HEADROOM = 512 << 20
+#: ...or this share of the machine's memory, whichever is larger.
+HEADROOM_SHARE = 0.05
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_MEMLOCK_HELP = ("raise this process's locked-memory limit (`ulimit -l unlimited`, systemd LimitMEMLOCK=infinity, "
+                 "docker run --ulimit memlock=-1 or --cap-add IPC_LOCK) or lower TICKETREC_INDEX_PIN")
+
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _span(arr: np.ndarray) -> tuple[int, int]:
+    """(page-aligned start address, length in bytes) of an array's data, for mincore(2) and mlock(2)."""
+    start = np.asarray(arr).ctypes.data
+    aligned = start - start % PAGE_SIZE
+    return aligned, arr.nbytes + (start - aligned)
+
+
+def memory_info() -> dict[str, int]:
+    """{"total", "available"} bytes of this machine's memory (/proc/meminfo's MemTotal and MemAvailable, else sysconf)."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        return {"total": int(fields["MemTotal"].split()[0]) * 1024, "available": int(fields["MemAvailable"].split()[0]) * 1024}
+    except (OSError, KeyError, ValueError):
+        pages = os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+        free = os.sysconf("SC_AVPHYS_PAGES") if hasattr(os, "sysconf") else 0
+        return {"total": pages * PAGE_SIZE, "available": free * PAGE_SIZE}
+
+
+def resident_bytes(arr: np.ndarray) -> int | None:
+    """Bytes of a memory-mapped array whose pages are in memory now (mincore(2), page granularity; None where the
+    system cannot say). For a file mapping it is the page cache: the same figure in every process."""
+    import ctypes
+
+    if arr.nbytes == 0:
+        return 0
+    address, length = _span(arr)
+    vec = np.zeros(-(-length // PAGE_SIZE), np.uint8)
+    try:
+        failed = _libc().mincore(ctypes.c_void_p(address), ctypes.c_size_t(length), vec.ctypes.data_as(ctypes.c_void_p))
+    except (OSError, AttributeError):
+        return None
+    if failed:
+        return None
+    return int(min(arr.nbytes, int(np.count_nonzero(vec & 1)) * PAGE_SIZE))
+
+
+def _lock(arr: np.ndarray) -> OSError | None:
+    """mlock(2) an array's pages (they are read in and stay in memory until unmapped); the error, or None."""
+    import ctypes
+
+    address, length = _span(arr)
+    try:
+        libc = _libc()
+        if libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(length)) == 0:
+            return None
+        errno = ctypes.get_errno()
+    except (OSError, AttributeError) as exc:
+        return OSError(str(exc))
+    return OSError(errno, os.strerror(errno))
+
+
+def load_into_memory(arrays: dict[str, np.ndarray], pin: int = 0, label: str = "index") -> dict:
+    """Load memory-mapped arrays into memory when they fit (`_populate`), then lock (mlock) whole arrays, in order,
+    while their bytes fit in `pin`. They fit when the bytes not yet resident leave MIN_HEADROOM (or HEADROOM_SHARE of
+    the machine's memory) of the available memory free; an index that does not fit is left to be read from disk by
+    the queries (logged), rather than evicting everything else. A lock that fails (the locked-memory limit) is logged
+    once with what to do, and nothing more is locked.
+
+    Returns {"loaded": bool, "bytes", "resident_bytes" (after loading), "locked_bytes", "pin", "reason"}."""
+    total = int(sum(arr.nbytes for arr in arrays.values()))
+    before = [resident_bytes(arr) for arr in arrays.values()]
+    missing = total - int(sum(b or 0 for b in before))
+    memory = memory_info()
+    headroom = max(MIN_HEADROOM, int(memory["total"] * HEADROOM_SHARE))
+    loaded = missing <= memory["available"] - headroom
+    reason = None
+    if loaded:
+        for arr in arrays.values():
+            _populate(arr)
+    else:
+        reason = (f"{label}: {missing / 2**30:.1f} GiB of it are not in memory and {memory['available'] / 2**30:.1f} GiB "
+                  f"are available; not loaded at open, so queries read its pages from disk (more memory, a float16 "
+                  f"index or more shards make it fit)")
+        log.warning("%s", reason)
+    locked, budget = 0, int(pin) if loaded else 0
+    for name, arr in arrays.items():
+        if not 0 < arr.nbytes <= budget:
+            continue
+        error = _lock(arr)
+        if error is not None:
+            reason = f"{label}: could not lock {name} ({arr.nbytes:,} bytes) in memory ({error.strerror or error}); {_MEMLOCK_HELP}"
+            log.warning("%s", reason)
+            break
+        locked += arr.nbytes
+        budget -= arr.nbytes
+    after = [resident_bytes(arr) for arr in arrays.values()]
+    return {"loaded": loaded, "bytes": total, "resident_bytes": None if None in after else int(sum(after)),
+            "locked_bytes": int(locked), "pin": int(pin), "reason": reason}
 
 
 def shard_bounds(n: int, shard: int, n_shards: int) -> tuple[int, int]:
@@ -489,6 +619,7 @@ def open_version(settings: Settings, version: str) -> TicketIndex:
         _REFUSED[str(path)] = str(exc)
         raise
     _REFUSED.pop(str(path), None)
+    index.pin = settings.index_pin
     return index
 
 
@@ -660,8 +791,8 @@ def _estimate_bytes(store, model, ids: list[str], prev: TicketIndex | None, dtyp
             model_bytes = prev_model
     else:
         sample = store.get_tickets(ids[:: max(1, n // 256)][:256])
-        terms = ticket_terms(sample)  # postings: 8 bytes each; terms; lengths, timestamps, ids
-        per_row = (len(terms.docs) * 8 + sum(len(t) + 4 for t in terms.terms)) / max(1, len(sample)) + 12 + \
+        terms = ticket_terms(sample)  # postings: 12 bytes each (row, impact, tf); terms; lengths, timestamps, ids
+        per_row = (len(terms.docs) * 12 + sum(len(t) + 4 for t in terms.terms)) / max(1, len(sample)) + 12 + \
             sum(len(i) + 4 for i in ids[:256]) / min(n, 256)
     return int(n * (width * dtype.itemsize + per_row) + model_bytes)
 
@@ -694,7 +825,7 @@ def _check_free_space(root: Path, needed: int) -> None:
             "or delete old version folders) and run `ticketrec index` again")
 
 
-def build_index(store, model, settings: Settings, incremental: bool = True, float16: bool = False,
+def build_index(store, model, settings: Settings, incremental: bool = True, float16: bool | None = None,
                 progress: bool = True, prefilter=None, workers: int | None = None) -> str:
     """Encode the store's tickets into a new immutable index version, verify it, switch CURRENT to it; its name.
 
@@ -703,6 +834,8 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
     version's files are verified against every checksum first: one that fails is not reused (a full build, logged).
     `prefilter`: a BM25 backend whose `index(tickets)` must be fed (Elasticsearch); FTS5 is kept in sync by the
     store itself, and every version writes its own BM25 postings, so those need nothing.
+    `float16`: store the vectors as float16 (True) or float32 (False); None: TICKETREC_INDEX_DTYPE
+    (`settings.vector_dtype`: auto = float16 from 100,000 tickets up). A version of another dtype is never reused.
     `workers` > 1 encodes in that many forked processes (the model is shared by fork, not reloaded); the batches
     are the same as the serial build's, so the matrices are byte-identical. None: `settings.encoding_processes`.
     Before writing, the free disk space is checked against the estimated size; a disk that fills up anyway is an
@@ -713,7 +846,6 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
     if workers < 1:
         raise IndexStateError(f"workers must be at least 1, not {workers}")
     root = settings.indexes_dir
-    dtype = "float16" if float16 else "float32"
     with _build_lock(root):
         _remove_stale_temporaries(root)
         prev = None
@@ -729,6 +861,7 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
         if not ids:
             raise IndexStateError("the knowledge base is empty; import tickets first (`ticketrec import FILE`)")
         updated = np.array([versions[tid] for tid in ids], np.float64)
+        dtype = settings.vector_dtype(len(ids)) if float16 is None else ("float16" if float16 else "float32")
 
         reuse_src = np.full(len(ids), -1, np.int64)
         if incremental and _reusable(prev, model, dtype):
@@ -888,7 +1021,7 @@ def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarr
     """Fill `vectors.npy` (one record per ticket) and the BM25 postings: encoded rows for `to_encode`, copied
     rows for the rest. Returns the widths of the EncodedBatch keys and the BM25 statistics."""
     n = len(ids)
-    postings = PostingsBuilder(n)
+    postings = PostingsBuilder(n, workdir=tmp)  # spilled postings: unlinked temporary files beside the version
 
     def allocate(shapes: dict[str, int]) -> PackedVectors:
         matrix = np.lib.format.open_memmap(tmp / VECTORS_FILE, mode="w+", dtype=dtype, shape=(n, sum(shapes.values())))

@@ -22,13 +22,13 @@ def default_model_dir(settings: Settings) -> Path:
 
 
 def reindex(settings: Settings, store: Store | None = None, model: TicketModel | str | Path | None = None, *,
-            full: bool = False, float16: bool = False, workers: int | None = None, progress: bool = False) -> dict:
+            full: bool = False, float16: bool | None = None, workers: int | None = None, progress: bool = False) -> dict:
     """Index the store's tickets (only new or changed ones unless `full`) and switch to the new version.
 
     `store`: default, the settings' database (opened and closed here). `model`: a loaded model or its directory
     (default: TICKETREC_MODEL, or, when there is none, the model the serving version carries, so that a nightly
     reindex after `ticketrec index --model DIR` keeps that model). An Elasticsearch pre-filter is fed the tickets as well; FTS5 and the index's own
-    postings need no feeding. Returns the serving version's description: version, path, n_tickets, encoded,
+    postings need no feeding. `float16` None: TICKETREC_INDEX_DTYPE decides (`build_index`). Returns the serving version's description: version, path, n_tickets, encoded,
     reused, dtype, model_version and seconds.
     """
     started = time.time()

@@ -1,0 +1,344 @@
+"""The S channel's encoder: speed of each backend and lever, and what each costs in ranking quality.
+
+    .venv/bin/python benchmarks/encoder_speed.py                      # speed and quality, real text
+    .venv/bin/python benchmarks/encoder_speed.py --only build --tickets 1000     # index-build-style rows
+    .venv/bin/python benchmarks/encoder_speed.py --only query --queries 200      # one query at a time
+    .venv/bin/python benchmarks/encoder_speed.py --only quality --backends onnx-int8,static
+
+Speed ("index-build-style"): the S encoding of real-vocabulary tickets (`benchmarks/real_kb.py`: SeaMonkey bug
+reports and SemEval-2016 threads recombined by sentence; needs `../shared/data/`), as an index build does it: the
+texts of every component the model's metric uses, in chunks of 512 tickets. Rows add one lever at a time, from
+today's path (sentence-transformers on torch, float32, every component of the config encoded, 256 word pieces) to
+the default of new models; each is timed in one process on one thread (tickets per second of one core; the
+machine's other jobs slow every row alike) and the last rows on both cores (two forked processes of one thread
+each, as `ticketrec index` encodes, against one process of two threads). Query: one query's S encoding (the
+components the metric uses), one query at a time, median and p95 over `--queries` queries after 10 untimed ones.
+
+Components: the label-free product model on SeaMonkey keeps ALL–ALL and SUB–DESC (docs/results/seamonkey), so a
+ticket needs ALL (subject + description + solution) and DESC, a query ALL (subject + description) and SUB; today's
+`prepare` encoded every component of the config: SUB, DESC, SOL and ALL.
+
+Quality: S alone, zero-shot, for each backend and truncation length: SemEval-2016 dev rerank MAP (the Table 5 row
+"S zero-shot": SUB+DESC merged on both sides, Manhattan distance, official scorer) and SeaMonkey duplicates
+MRR@10 (the "MiniLM zero-shot" row: SUB+DESC against SUB+DESC+SOL, cosine, the knowledge base minus the query).
+
+Every table prints the command, the machine and its load average (1 min) before and after.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import multiprocessing
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+DATA = ROOT.parent / "shared" / "data"
+SEMEVAL_DEV = DATA / "semeval2016" / "dev.xml"
+SEAMONKEY = DATA / "seamonkey" / "SeaMonkey_bugs.csv"
+SEAMONKEY_LINKS = DATA / "seamonkey" / "SeaMonkey_bugs-combined.csv"
+SEAMONKEY_MAP = {"id": "Issue id", "subject": "Summary", "description": "Description"}
+CHUNK = 512
+#: Components a ticket and a query need: the product model's (ALL–ALL, SUB–DESC), and every one (today's prepare).
+USED = {"ticket": ("ALL", "DESC"), "query": ("ALL", "SUB")}
+EVERY = {"ticket": ("SUB", "DESC", "SOL", "ALL"), "query": ("SUB", "DESC", "ALL")}
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def texts_of(item, comp: str, side: str) -> str:
+    sol = getattr(item, "solution", "") or ""
+    fields = {"SUB": item.subject, "DESC": item.description, "SOL": sol}
+    if comp == "ALL":
+        parts = ("SUB", "DESC", "SOL") if side == "ticket" else ("SUB", "DESC")
+        return "\n".join(fields[p] for p in parts if fields[p])
+    return fields[comp]
+
+
+# -- speed -------------------------------------------------------------------------------------------------------
+class Lever:
+    """One row: backend, components, word pieces per component, whether each component is its own call (today)."""
+
+    def __init__(self, name: str, backend: str, comps: dict, limits: dict, per_component: bool = False,
+                 runs: tuple[int, bool] = (1, True)):
+        self.name, self.backend, self.comps, self.limits = name, backend, comps, limits
+        self.per_component, self.runs = per_component, runs
+
+    def encode(self, encoder, items, side: str) -> None:
+        if hasattr(encoder, "run_texts"):  # ONNX: texts per run, grouped by length or in the given order
+            encoder.run_texts, encoder.sort_runs = self.runs
+        comps = self.comps[side]
+        if self.per_component:  # today's prepare: one call per component
+            for comp in comps:
+                self._call(encoder, [texts_of(x, comp, side) for x in items], self.limits.get(comp))
+            return
+        groups: dict = {}
+        for comp in comps:
+            groups.setdefault(self.limits.get(comp), []).append(comp)
+        for limit, group in groups.items():
+            self._call(encoder, [texts_of(x, c, side) for c in group for x in items], limit)
+
+    def _call(self, encoder, texts, limit):
+        encoder.encode(texts, max_tokens=limit)
+
+
+def levers() -> list[Lever]:
+    full = {c: 256 for c in ("SUB", "DESC", "SOL", "ALL")}
+    short = {"SUB": 64, "DESC": 128, "SOL": 128, "ALL": 128}
+    from recommender.model.pretrained import MAX_TOKENS
+
+    return [
+        Lever("today: torch fp32, every component, one call each", "torch", EVERY, full, per_component=True),
+        Lever("+ only the components the metric uses", "torch", USED, full, per_component=True),
+        Lever("+ one call: distinct texts once, sorted by length", "torch", USED, full),
+        Lever("+ ONNX Runtime fp32, one text per run", "onnx", USED, full),
+        Lever("  ONNX fp32, padded runs of 32 texts sorted by length", "onnx", USED, full, runs=(32, True)),
+        Lever("+ int8 weights, one text per run", "onnx-int8", USED, full),
+        Lever("  int8, padded runs of 32 texts sorted by length", "onnx-int8", USED, full, runs=(32, True)),
+        Lever("  int8, padded runs of 32 texts in the given order", "onnx-int8", USED, full, runs=(32, False)),
+        Lever("  int8, every component", "onnx-int8", EVERY, full),
+        Lever("+ SUB cut to 64 word pieces (new models' default)", "onnx-int8", USED, dict(MAX_TOKENS)),
+        Lever("  int8, DESC/SOL/ALL cut to 128 too", "onnx-int8", USED, short),
+        Lever("static: distilled word-piece vectors (model2vec)", "static", USED, dict(MAX_TOKENS)),
+    ]
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(backend: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    from recommender.model.pretrained import get_encoder
+
+    _WORKER["encoder"] = get_encoder(backend)
+
+
+def _encode_chunk(args) -> int:
+    lever, items = args
+    lever.encode(_WORKER["encoder"], items, "ticket")
+    return len(items)
+
+
+def time_build(lever: Lever, tickets, processes: int, threads: int) -> tuple[float, float]:
+    """(tickets per second, CPU seconds per ticket) of encoding `tickets` in chunks."""
+    import torch
+
+    from recommender.model.pretrained import get_encoder
+
+    chunks = [tickets[i : i + CHUNK] for i in range(0, len(tickets), CHUNK)]
+    if processes <= 1:
+        torch.set_num_threads(threads)
+        encoder = get_encoder(lever.backend)
+        _reset_session(encoder)
+        lever.encode(encoder, tickets[:64], "ticket")  # warm-up
+        started, cpu = time.perf_counter(), time.process_time()
+        for chunk in chunks:
+            lever.encode(encoder, chunk, "ticket")
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        return len(tickets) / wall, cpu / len(tickets)
+    get_encoder(lever.backend)  # the export exists before the fork
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(processes, initializer=_init_worker, initargs=(lever.backend,)) as pool:
+        pool.map(_encode_chunk, [(lever, tickets[:64])] * processes)  # warm-up: each worker opens its session
+        started = time.perf_counter()
+        done = sum(pool.imap(_encode_chunk, [(lever, c) for c in chunks]))
+        wall = time.perf_counter() - started
+    return done / wall, float("nan")
+
+
+def _reset_session(encoder) -> None:
+    """Open the ONNX session again, so it takes this process's current torch thread count."""
+    if hasattr(encoder, "_session"):
+        encoder._session = None
+
+
+def time_queries(backend: str, queries, threads: int, limits: dict) -> tuple[float, float, float]:
+    """(p50, p95, CPU p50) ms of one query's S encoding: the query components the product model uses."""
+    import torch
+
+    from recommender.model.pretrained import get_encoder
+
+    torch.set_num_threads(threads)
+    encoder = get_encoder(backend)
+    _reset_session(encoder)
+    lever = Lever("query", backend, USED, limits)
+    for q in queries[:10]:
+        lever.encode(encoder, [q], "query")
+    times, cpu = [], []
+    for q in queries[10:]:
+        started, used = time.perf_counter(), time.process_time()
+        lever.encode(encoder, [q], "query")
+        times.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - used) * 1000)
+    return float(np.percentile(times, 50)), float(np.percentile(times, 95)), float(np.percentile(cpu, 50))
+
+
+def speed(args) -> None:
+    """The index-build rows, both cores, and the query rows (`--only build` / `--only query`: one part)."""
+    from real_kb import iter_real_queries, real_tickets
+
+    tickets = real_tickets(args.tickets, seed=0) if args.only != "query" else []
+    queries = list(iter_real_queries(args.queries + 10, seed=0)) if args.only != "build" else []
+    cmd = " ".join(["benchmarks/encoder_speed.py", *sys.argv[1:]])
+    print(f"\n### S encoding speed: {len(tickets):,} real-vocabulary tickets, {max(len(queries) - 10, 0)} queries")
+    print(f"command: .venv/bin/python {cmd}")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load before {load():.2f}\n")
+    if args.only != "query":
+        build(args, tickets)
+    if args.only != "build":
+        query_rows(queries)
+    print(f"\nload after: {load():.2f}")
+
+
+def build(args, tickets) -> None:
+    """Index-build-style rows: one lever at a time on one core, then the default on both cores."""
+    from recommender.model.pretrained import get_encoder
+
+    texts = [texts_of(t, c, "ticket") for c in USED["ticket"] for t in tickets]
+    pieces = get_encoder("onnx-int8")._tokenizer_for(10_000)
+    long_subjects = np.mean([len(e.ids) > 64 for e in pieces.encode_batch([t.subject for t in tickets])])
+    print(f"distinct texts: {len(set(texts)):,} of {len(texts):,} component texts; subjects over 64 word pieces: "
+          f"{100 * long_subjects:.2f} %; {_pieces(pieces, tickets, 'ticket')}\n")
+    print("| lever | backend | tickets/s, 1 core | CPU ms per ticket | load |")
+    print("|---|---|---|---|---|")
+    rows = levers() if not args.levers else [levers()[int(i)] for i in args.levers.split(",")]
+    for lever in rows:
+        rate, cpu = time_build(lever, tickets, 1, 1)
+        print(f"| {lever.name} | {lever.backend} | {rate:,.1f} | {cpu * 1000:.1f} | {load():.2f} |", flush=True)
+    print("\n| both cores | tickets/s | load |")
+    print("|---|---|---|")
+    for lever in (x for x in levers() if "default" in x.name or x.backend == "static"):
+        for processes, threads in ((2, 1), (1, 2)):
+            rate, _ = time_build(lever, tickets, processes, threads)
+            print(f"| {lever.backend}: {processes} process(es) × {threads} thread(s) | {rate:,.1f} | {load():.2f} |",
+                  flush=True)
+
+
+def _pieces(tokenizer, items, side: str) -> str:
+    """Mean word pieces (at most 256) of each used component's text."""
+    out = []
+    for comp in USED[side]:
+        lengths = [min(len(e.ids), 256) for e in tokenizer.encode_batch([texts_of(x, comp, side) for x in items])]
+        out.append(f"{comp} {np.mean(lengths):.0f}")
+    return f"mean word pieces of a {side}'s " + ", ".join(out)
+
+
+def query_rows(queries) -> None:
+    """One query at a time, per backend, on one and on two threads."""
+    from recommender.model.pretrained import MAX_TOKENS, get_encoder
+
+    print(_pieces(get_encoder("onnx-int8")._tokenizer_for(10_000), queries[10:], "query"))
+
+    print("\n| one query's S encoding | threads | p50 ms | p95 ms | CPU ms p50 | load |")
+    print("|---|---|---|---|---|---|")
+    for backend in ("torch", "onnx", "onnx-int8", "static"):
+        for threads in (1, 2):
+            limits = dict(MAX_TOKENS) if backend in ("onnx-int8", "static") else {c: 256 for c in MAX_TOKENS}
+            p50, p95, cpu = time_queries(backend, queries, threads, limits)
+            print(f"| {backend} | {threads} | {p50:.1f} | {p95:.1f} | {cpu:.1f} | {load():.2f} |", flush=True)
+
+
+# -- quality -----------------------------------------------------------------------------------------------------
+def semeval_map(encoder, limit: int | None) -> float:
+    """S zero-shot rerank MAP on SemEval-2016 dev (official scorer): SUB+DESC merged on both sides, Manhattan."""
+    from recommender.data.importers import load as load_file
+    from recommender.evaluation.metrics import official_semeval, rank_by_score
+
+    data = load_file(SEMEVAL_DEV)
+    queries, tickets = data.query_map(), data.ticket_map()
+    by_query: dict[str, list] = {}
+    for p in data.pairs:
+        by_query.setdefault(p.query_id, []).append(p)
+    qtexts = {q: texts_of(queries[q], "ALL", "query") for q in by_query}
+    ttexts = {t.id: "\n".join(x for x in (t.subject, t.description) if x) for t in tickets.values()}
+    qv = dict(zip(qtexts, encoder.encode(list(qtexts.values()), max_tokens=limit)))
+    tv = dict(zip(ttexts, encoder.encode(list(ttexts.values()), max_tokens=limit)))
+    run, qrels = {}, {}
+    for qid, pairs in by_query.items():
+        pairs = sorted(pairs, key=lambda p: data.pair_meta.get((qid, p.ticket_id), {}).get("ir_rank", 0))
+        run[qid] = rank_by_score([(p.ticket_id, -float(np.abs(qv[qid] - tv[p.ticket_id]).sum())) for p in pairs])
+        qrels[qid] = {p.ticket_id: p.score for p in pairs}
+    return official_semeval(run, qrels)["official_map"]
+
+
+def seamonkey_mrr(encoder, limit: int | None) -> tuple[float, float, float]:
+    """MiniLM-style zero-shot MRR@10 (and its 95 % interval) on the SeaMonkey duplicates."""
+    from recommender.data.importers import load as load_file
+    from recommender.data.importers import load_links
+    from recommender.evaluation.duplicates import evaluate_duplicates, query_text, ticket_text
+
+    data = load_file(SEAMONKEY, mapping=SEAMONKEY_MAP, warn=lambda _: None)
+    tickets = data.tickets
+    links = load_links(SEAMONKEY_LINKS, None, known_ids=[t.id for t in tickets], warn=lambda _: None)
+    ids = [t.id for t in tickets]
+    matrix = encoder.encode([ticket_text(t) for t in tickets], max_tokens=limit)
+
+    def rank(query, n):
+        q = encoder.encode([query_text(query)], max_tokens=limit)[0]
+        return [ids[int(i)] for i in np.argsort(-(matrix @ q), kind="stable")[:n]]
+
+    [row] = evaluate_duplicates(tickets, links, {"S": rank}, n_boot=2000, seed=0)
+    return row["MRR@10"], row["MRR@10_low"], row["MRR@10_high"]
+
+
+def quality(args) -> None:
+    import torch
+
+    from recommender.model.pretrained import get_encoder
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    cmd = " ".join(["benchmarks/encoder_speed.py", *sys.argv[1:]])
+    print("\n### S alone, zero-shot: quality by backend and truncation")
+    print(f"command: .venv/bin/python {cmd}; load before {load():.2f}\n")
+    print("| backend | word pieces | SemEval-2016 dev rerank MAP | SeaMonkey duplicates MRR@10 [95 % CI] |")
+    print("|---|---|---|---|")
+    combos = (("torch", 256), ("onnx", 256), ("onnx-int8", 256), ("onnx-int8", 128), ("onnx-int8", 64), ("static", 256))
+    for backend, limit in combos if not args.backends else [c for c in combos if c[0] in args.backends.split(",")]:
+        encoder = get_encoder(backend)
+        m = semeval_map(encoder, limit)
+        mrr, low, high = seamonkey_mrr(encoder, limit)
+        print(f"| {backend} | {limit} | {m:.2f} | {mrr:.3f} [{low:.3f}, {high:.3f}] |", flush=True)
+    print(f"\nload after: {load():.2f}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tickets", type=int, default=2000, help="real-vocabulary tickets encoded per row")
+    parser.add_argument("--queries", type=int, default=200, help="timed queries per query row")
+    parser.add_argument("--only", choices=["speed", "build", "query", "quality"], default=None,
+                        help="one part: speed (build + query), build, query or quality (default: all)")
+    parser.add_argument("--levers", default="", help="comma-separated row numbers of the speed table (default: all)")
+    parser.add_argument("--backends", default="", help="quality: comma-separated backends (default: all)")
+    args = parser.parse_args(argv)
+    from real_kb import available
+
+    if not available():
+        print(f"the real-vocabulary data is not under {DATA} (see ../shared/data/README.md); nothing measured",
+              file=sys.stderr)
+        return 2
+    if args.only in (None, "speed", "build", "query"):
+        speed(args)
+    if args.only in (None, "quality"):
+        quality(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

