@@ -462,9 +462,9 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
 
 def in_batch_ranking_loss(net, qv: dict[str, torch.Tensor], tv: dict[str, torch.Tensor], ticket_ids: np.ndarray,
                           relevant: np.ndarray, scale: float) -> torch.Tensor:
-    """Cross-entropy of each relevant pair's own ticket among every distinct ticket of the batch, with logits
-    −scale·d (the metric's learnable channels; BM25 is not known for the cross pairs). Other rows holding the
-    same ticket are left out; 0 when the batch has no relevant pair."""
+    """Cross-entropy of each relevant pair's own ticket among the batch's tickets, with logits −scale·d (the
+    metric's learnable channels; BM25 is not known for the cross pairs). Other rows holding the positive's ticket
+    are left out; 0 when the batch has no relevant pair."""
     pos = np.flatnonzero(relevant)
     if len(pos) == 0:
         return torch.zeros(())
@@ -481,7 +481,8 @@ def in_batch_ranking_loss(net, qv: dict[str, torch.Tensor], tv: dict[str, torch.
 
 def _fit(model: TicketModel, train: PreparedPairs, dev: PreparedPairs | None, epochs: int, lr: float, seed: int,
          progress: bool) -> list[dict]:
-    """The MSE loop, in place on `model`: Adadelta (network) and Adam (learned weights), clipping, early stopping on
+    """The MSE loop (plus `in_batch_ranking_loss` when the config's rank_loss > 0), in place on `model`: Adadelta
+    (network) and Adam (learned weights), clipping, early stopping on
     dev Pearson r (the best epoch's weights are kept)."""
     config, net = model.siamese_config, model.net
     pairs, tq, tt, ratio = train.pairs, train.queries, train.tickets, train.lexical
