@@ -2,23 +2,25 @@
 
 For each size (default 100k and 1M tickets of `benchmarks/real_kb.py`, seed 0) every system builds its index
 from the same tickets and answers the same queries (`real_kb.iter_real_queries`: subject + description, 1–6 real
-sentences, about 28 distinct terms after stop words), one system at a time, each in a fresh process (its peak RSS is
+sentences), one system at a time, each in a fresh process (its peak RSS is
 its own), one query at a time on one thread:
 
     ticketrec   the index version's BM25 postings (`recommender.lexical.postings`): eager float32 impacts, windows of
                 rows, block-max MaxScore from 131,072 tickets on (the default "auto"); the rows below it time each
                 `top_k` method: skipping, no skipping (every posting added), one accumulator without windows
-    bm25s       bm25s (numba backend, its English stop words, no stemmer), subject + description + solution
+    bm25s       bm25s (numba backend, k1 1.2, b 0.75, Lucene IDF, its English stop words, no stemmer), one text:
+                subject + description + solution
     tantivy     tantivy-py, one field (subject + description + solution), its en_stem tokenizer, one writer thread
     fts5        SQLite FTS5 through ticketrec's own `Fts5Searcher` (porter unicode61, column weights 2/1/1)
     faiss       faiss IndexFlatIP, exact inner product over unit vectors of the S channel's shape (384 floats);
                 random vectors (encoding 1M tickets with MiniLM is infeasible on 2 cores), said so in the table
 
 Build: the index from the tickets' text (the knowledge base is generated before the clock starts), single-threaded
-where the peer lets us choose; ticketrec's memory-mapped postings are then mapped in, as a serving process does. Query p50 / p95: wall time of one call (query analysis included) after WARMUP
-queries that are not counted. Ratios name their baseline (bm25s for the lexical systems). Bytes per ticket: the
-index files on disk (bm25s: its saved index; faiss: the vectors). Peak RSS: the process's maximum resident set
-(build and queries; Python and the libraries included). Top-10 overlap: the share of ticketrec's top 10 that the
+where the peer lets us choose; ticketrec's memory-mapped postings are then mapped in, as a serving process does.
+Query p50 / p95: wall time of one call (query analysis included) after WARMUP queries that are not counted.
+Ratios name their baseline (bm25s for the lexical systems). Bytes per ticket: the index files on disk (bm25s: its
+saved index; faiss: the vectors). Peak RSS: the process's maximum resident set (build and queries; Python and the
+libraries included). Top-10 overlap: the share of ticketrec's top 10 that the
 system also returns in its top 10, mean over the queries (the analysers, fields and IDF differ: docs/results/bm25.md).
 
     .venv/bin/python benchmarks/peers.py                                   # 100k and 1M (1M: several GB, minutes)
@@ -132,7 +134,7 @@ def _bm25s(n: int, seed: int, work: Path, texts: list[str], fts5_queries: int) -
     started = time.perf_counter()
     tokens = bm25s.tokenize(corpus, stopwords="en", show_progress=False)
     del corpus
-    retriever = bm25s.BM25(backend="numba")
+    retriever = bm25s.BM25(k1=1.2, b=0.75, backend="numba")  # ticketrec's and tantivy's parameters (its default k1: 1.5)
     retriever.index(tokens, show_progress=False)
     build = time.perf_counter() - started
     del tokens

@@ -36,7 +36,6 @@ exhaustive top k (the sums are exact). Without numba (`TICKETREC_NO_NUMBA=1`) nu
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 import threading
