@@ -458,6 +458,46 @@ def _kernel_args(packed, plan) -> tuple:
             np.concatenate(parts).astype(np.float32), np.asarray(term_w, np.float32))
 
 
+def loading_phases(settings: Settings, model, queries: list[Query], per_phase: int = 50) -> list[dict]:
+    """What loading the index at open buys, on one index version: (1) an engine whose version was loaded with
+    MADV_POPULATE_READ alone, (2) the same engine after every page was read once (`TicketIndex.warm`, which also
+    reads them), (3) a new engine with the whole version locked (TICKETREC_INDEX_PIN=all). Each phase answers its own
+    `per_phase` queries after 5 untimed ones; medians and p95 per stage (ms)."""
+    from recommender.config import PIN_ALL
+    from recommender.serving import index as index_module
+    from recommender.serving.engine import Recommender
+
+    def phase(name, engine, batch):
+        for q in batch[:WARMUP]:
+            engine.recommend(q)
+        times, stages = [], {}
+        for q in batch[WARMUP:]:
+            t = time.perf_counter()
+            info = engine.recommend(q).info
+            times.append(time.perf_counter() - t)
+            for stage, seconds in info.timings.items():
+                stages.setdefault(stage, []).append(seconds * 1000.0)
+        return {"phase": name, "load": load1(), "p50": percentile(times, 50), "p95": percentile(times, 95),
+                **{stage: (float(np.median(v)), float(np.percentile(v, 95))) for stage, v in stages.items()}}
+
+    size = per_phase + WARMUP
+    batches = [queries[i * size : (i + 1) * size] for i in range(3)]
+    touch = index_module._touch
+    index_module._touch = lambda arr: None
+    try:
+        engine = Recommender(settings, model=model)
+        rows = [phase("opened with MADV_POPULATE_READ alone", engine, batches[0])]
+    finally:
+        index_module._touch = touch
+    started = time.perf_counter()
+    engine.index.warm()
+    rows.append(phase(f"the same engine after reading every page ({time.perf_counter() - started:.1f} s)", engine,
+                      batches[1]))
+    locked = Recommender(settings.replace(index_pin=PIN_ALL), model=model)
+    rows.append(phase("a new engine, version locked (TICKETREC_INDEX_PIN=all)", locked, batches[2]))
+    return rows
+
+
 def index_bytes(index) -> dict:
     """Bytes per ticket of the version's vectors and of its BM25 postings, from its manifest."""
     files = index.manifest.get("files") or {}
@@ -488,6 +528,12 @@ def main() -> None:
     ap.add_argument("--profile-tickets", type=int, default=PROFILE_TICKETS,
                     help="tickets of the one-process encoding profile (0: skip it)")
     ap.add_argument("--model", default=None, help="use this model directory instead of training one")
+    ap.add_argument("--no-touch", action="store_true",
+                    help="load the index at open with MADV_POPULATE_READ alone, without reading every page (the "
+                         "serving processes of this run; for comparison with the default)")
+    ap.add_argument("--loading", action="store_true",
+                    help="only this, with --workdir and --model of a previous run: query its index of --sizes tickets "
+                         "loaded with MADV_POPULATE_READ alone, then after reading every page, then locked")
     ap.add_argument("--reuse-index", action="store_true",
                     help="with --workdir: query the index a previous run built there (no build row)")
     ap.add_argument("--float16-duplicates", metavar="MODEL_DIR", default=None,
@@ -510,6 +556,10 @@ def main() -> None:
     from recommender.serving.engine import Recommender
     from recommender.serving.scoring import HAVE_NUMBA
 
+    if args.no_touch:
+        from recommender.serving import index as index_module
+
+        index_module._touch = lambda arr: None
     if args.kernel:
         workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ticketrec-kernel-"))
         workdir.mkdir(parents=True, exist_ok=True)
@@ -553,6 +603,23 @@ def main() -> None:
         del RealDataMissing
     pin = _size(args.pin)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if args.loading:
+        if not (args.workdir and args.model):
+            raise SystemExit("error: --loading queries the index of a previous run: give its --workdir and --model")
+        n = sizes[0]
+        home = Path(args.workdir) / f"home-{args.kb}-{n}"
+        settings = Settings.from_env({"TICKETREC_HOME": str(home), "TICKETREC_MODEL": args.model})
+        rows = loading_phases(settings, TicketModel.load(args.model), kb_queries(args.kb, 3 * (50 + WARMUP), args.seed + 5))
+        print(f"\nLoading at open: {n:,} {args.kb} tickets, the index in {home} (its pages last read by whatever ran "
+              "before: the first phase depends on how long they sat unread); in-process, K=1000, "
+              f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores:\n")
+        print("| phase | load (1 min) | p50 / p95 ms | encode / pre-filter / score / tickets p50 ms | score p95 ms |\n"
+              "|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['phase']} | {r['load']:.1f} | {r['p50']:.1f} / {r['p95']:.1f} | {r['encode'][0]:.1f} / "
+                  f"{r['prefilter'][0]:.1f} / {r['score'][0]:.1f} / {r['tickets'][0]:.1f} | {r['score'][1]:.1f} |")
+        print("Command: .venv/bin/python benchmarks/serving.py " + " ".join(sys.argv[1:]))
+        return
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ticketrec-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"workdir {workdir}; numba {'on' if HAVE_NUMBA else 'OFF (numpy fallback)'}", file=sys.stderr)
@@ -642,7 +709,7 @@ def print_table(rows, profile, args) -> None:
     config = "paper configuration (h, E, T)" if args.config == "paper" else "h, E, T + pretrained S"
     print()
     print(f"ticketrec serving benchmark — knowledge base: {kb}; model: {config}; index dtype {args.dtype}, "
-          f"TICKETREC_INDEX_PIN={args.pin}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"TICKETREC_INDEX_PIN={args.pin}{', pages not read at open (--no-touch)' if args.no_touch else ''}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, numpy {np.__version__}; one thread per process; {args.queries} timed "
           f"queries after {WARMUP} untimed warm-up queries (excluded), k=10")
     print()

@@ -452,17 +452,26 @@ def verify_version(settings: Settings, version: str | None = None) -> dict:
 
 
 def _populate(arr: np.ndarray) -> None:
-    """Fault every page of a memory-mapped array in: one madvise call, or one read per page where it fails."""
+    """Fault every page of a memory-mapped array in (one madvise call), then read every page once (`_touch`)."""
     mm = getattr(arr, "_mmap", None)
     if mm is not None:
         try:
             mm.madvise(MADV_POPULATE_READ)
-            return
         except (OSError, ValueError):
             pass
+    _touch(arr)
+
+
+def _touch(arr: np.ndarray) -> None:
+    """Read one word of every page of an array (one read per 4 KiB page). Pages mapped long ago and left unread can
+    be slow to reach even while the guest counts them resident (seen on this project's virtual machines at 1M
+    tickets); a read makes them fast again. `benchmarks/serving.py --loading` measures it (docs/results/serving.md,
+    "Loading at open")."""
     flat = np.asarray(arr).reshape(-1)
     if flat.size:
-        float(flat[:: max(1, PAGE_SIZE // flat.itemsize)].sum(dtype=np.float64))
+        words = flat.view(np.uint8)
+        words = words[: words.size - words.size % 8].view(np.uint64)
+        int(words[:: max(1, PAGE_SIZE // 8)].sum())
 
 
 #: Memory left free when `load_into_memory` decides whether an index fits: at least this many bytes...

@@ -238,8 +238,8 @@ def rows_resident(matrix: np.ndarray, rows: np.ndarray) -> bool | None:
 def prefetch_rows(matrix: np.ndarray, rows: np.ndarray) -> None:
     """Ask the kernel to read the pages of these rows now, all at once (madvise(2) MADV_WILLNEED, asynchronous).
 
-    For an index whose pages are not in memory, scoring 1,000 scattered candidates of 1M float16 rows took 1.9 s
-    faulting them in one by one and 23 ms after this call (`benchmarks/serving.py --kernel 1000000`)."""
+    For an index whose pages are not in memory, scoring 1,000 scattered candidates of 1M float16 rows took 1.4 s
+    faulting them in one by one and 15 ms after this call (`benchmarks/serving.py --kernel 1000000`)."""
     aligned, lengths = _row_pages(matrix, np.unique(rows))
     try:
         madvise = _libc().madvise
