@@ -1,4 +1,5 @@
 """Shared pytest fixtures."""
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,19 @@ def semeval_dir() -> Path:
     if not (SEMEVAL_DIR / "dev.xml").exists():
         pytest.skip(f"SemEval-2016 data not found at {SEMEVAL_DIR} (shared benchmark data is not part of the repo)")
     return SEMEVAL_DIR
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_ticketrec_home(tmp_path_factory):
+    """The suite never writes into the user's ~/.ticketrec: without TICKETREC_HOME set, it points at one directory
+    per test session (where, e.g., the ONNX export of the S encoder is cached once for all tests)."""
+    if os.environ.get("TICKETREC_HOME"):
+        yield
+        return
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TICKETREC_HOME", str(tmp_path_factory.mktemp("ticketrec-home")))
+    yield
+    patch.undo()
 
 
 # -- web (issue 6): a knowledge base of a few tickets and an app factory over it ---------------------------------

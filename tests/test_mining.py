@@ -32,19 +32,20 @@ def test_mining_is_deterministic_for_a_seed(kb):
 
 
 def test_targets_leave_the_query_words_out(kb):
-    mined = mine_pairs(kb, MiningConfig(prefix_words=6), seed=0)
+    mined = mine_pairs(kb, MiningConfig(prefix_words=30), seed=0)
     by_id = {t.id: t for t in kb}
+    prefixes = {q.id.split(":")[1]: q.description for q in mined.train_queries + mined.held_out_queries
+                if q.id.count(":") == 1}
+    assert any(prefixes.values())  # the synthetic descriptions are long enough for a first sentence
     for view in mined.views:
         original = by_id[view.id]
         assert view.subject == ""  # the subject is the query, never the target
         assert view.solution == original.solution
-        words = original.description.split()
-        assert len(words) >= 12  # the synthetic descriptions are long: the whole prefix is taken
-        assert view.description == " ".join(words[6:])
-        assert not view.description.startswith(" ".join(words[:6]))
-    for query in mined.train_queries + mined.held_out_queries:
-        tid = query.id.split(":")[1]
-        assert query.description == " ".join(by_id[tid].description.split()[:6])
+        words, prefix = original.description.split(), prefixes[view.id].split()
+        assert prefix + view.description.split() == words  # query and view split the description between them
+        assert len(prefix) <= min(30, len(words) / 2)
+        if prefix:
+            assert prefixes[view.id].endswith((".", "!", "?"))  # cut between sentences
 
 
 def test_each_positive_has_its_negatives_half_hard_never_itself(kb):
@@ -103,12 +104,17 @@ def test_too_few_tickets_or_no_negatives_refused():
 def test_split_ticket_skips_tickets_without_a_subject_or_a_body():
     assert split_ticket(Ticket("a", "", "body", ""), 0) is None
     assert split_ticket(Ticket("a", "subject", "", ""), 0) is None
-    q, v = split_ticket(Ticket("a", "Subject", "one two three four five six seven", "fix"), 2)
-    assert (q.subject, q.description, v.description, v.solution) == ("Subject", "one two", "three four five six seven", "fix")
-    q, v = split_ticket(Ticket("a", "Subject", "one two three", "fix"), 5)  # the view keeps at least half
-    assert (q.description, v.description) == ("one", "two three")
-    q, v = split_ticket(Ticket("a", "Subject", "one", ""), 5)  # nothing would be left: no prefix
-    assert (q.description, v.description) == ("", "one")
+    q, v = split_ticket(Ticket("a", "Subject", "One two. Three four five. Six seven eight nine.", "fix"), 5)
+    assert (q.subject, q.description, v.description, v.solution) == (
+        "Subject", "One two.", "Three four five. Six seven eight nine.", "fix")  # 5 words would pass half of 9
+    q, v = split_ticket(Ticket("a", "Subject", "One two.\nThree four\n five six seven eight nine ten", "fix"), 9)
+    assert (q.description, v.description) == ("One two. Three four", "five six seven eight nine ten")  # lines
+    q, v = split_ticket(Ticket("a", "Subject", "One two three four five six. Seven.", ""), 5)
+    assert (q.description, v.description) == ("", "One two three four five six. Seven.")  # no sentence fits
+    q, v = split_ticket(Ticket("a", "Subject", "One. Two.", ""), 0)
+    assert (q.description, v.description) == ("", "One. Two.")  # prefix_words 0: the subject alone
+    q, v = split_ticket(Ticket("a", "Subject", "One two three.", ""), 30)  # the last sentence stays in the view
+    assert (q.description, v.description) == ("", "One two three.")
 
 
 # -- augmentations --------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Training pairs mined from the knowledge base itself, for a help desk that has tickets but no labelled pairs.
 
-A ticket's SUBJECT (optionally with the first `prefix_words` words of its DESCRIPTION) is a query; the ticket's
-*view* — its other fields, the rest of the DESCRIPTION and the SOLUTION, with the SUBJECT left out — is the
+A ticket's SUBJECT (optionally with the first sentences of its DESCRIPTION, at most `prefix_words` words) is a
+query; the ticket's *view* — its other fields, the rest of the DESCRIPTION and the SOLUTION, with the SUBJECT left out — is the
 target it must find. The target never holds the query's words: a target that still contains the subject makes
 pairs a lexical match solves, and weights selected on them lean toward BM25 (findings.md).
 
@@ -14,6 +14,7 @@ Labelled pairs, when a help desk has some, are added to the mined pairs (`unsupe
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Sequence
 
@@ -31,6 +32,9 @@ from .augment import Augmenter
 MIN_TICKETS = 30
 #: The fewest held-out tickets (queries) the weight selection ranks.
 MIN_HELD_OUT = 8
+#: Where a description's sentences end, for the query/view cut: after . ! or ? followed by white space, or at a
+#: line break.
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
 
 
 @dataclass
@@ -102,7 +106,12 @@ class MinedPairs:
 def split_ticket(ticket: Ticket, prefix_words: int) -> tuple[Query, Ticket] | None:
     """(query, view) of one ticket, or None when it has no subject or nothing beside it.
 
-    The query is the SUBJECT plus the first `prefix_words` words of the DESCRIPTION (at most half of them); the view is the ticket without the query's text: SUBJECT empty, DESCRIPTION minus the prefix, SOLUTION.
+    The query is the SUBJECT plus the DESCRIPTION's first whole sentences, as many as fit in `prefix_words` words
+    and in half of the description (none when the first sentence does not fit; the last sentence always stays); the
+    view is the ticket without the query's text: SUBJECT empty, the rest of the DESCRIPTION, SOLUTION. Cutting
+    between sentences, not after a fixed number of words, keeps two artefacts of the cut out of the held-out task:
+    a sentence broken across query and view, and a prefix that is exactly half of a short description (its length
+    would give away the view's).
     """
     subject = (ticket.subject or "").strip()
     description = (ticket.description or "").strip()
@@ -110,10 +119,16 @@ def split_ticket(ticket: Ticket, prefix_words: int) -> tuple[Query, Ticket] | No
     if not subject or not (description or solution):
         return None
     prefix, rest = "", description
-    words = description.split()
-    take = min(prefix_words, len(words) // 2)  # the view keeps at least half of the description
-    if take > 0:
-        prefix, rest = " ".join(words[:take]), " ".join(words[take:])
+    sentences = [" ".join(s.split()) for s in _SENTENCE_BREAK.split(description) if s.strip()]
+    total = sum(len(s.split()) for s in sentences)
+    taken = n = 0
+    for sentence in sentences[:-1]:
+        words = len(sentence.split())
+        if taken + words > prefix_words or 2 * (taken + words) > total:
+            break
+        taken, n = taken + words, n + 1
+    if n:
+        prefix, rest = " ".join(sentences[:n]), " ".join(sentences[n:])
     query = Query(subject, prefix, id=f"mined:{ticket.id}")
     return query, Ticket(ticket.id, "", rest, solution)
 
