@@ -430,10 +430,9 @@ def kernel_rows(n: int, workdir: Path, queries: int = 200, k: int = 1000, seed: 
             if order.startswith("widened"):
                 widened(packed, np.sort(rows), out)
             elif order == "BM25 order":  # the kernel as it was: rows in the order given
-                from recommender.serving.scoring import _l1_packed
+                from recommender.serving.scoring import _l1_packed, kernel_terms
 
-                args = _kernel_args(packed, plan)
-                _l1_packed(np.asarray(matrix), rows, *args, out)
+                _l1_packed(np.asarray(matrix), rows, *kernel_terms(packed, plan), out)
             else:
                 _distances_packed(packed, plan, rows, out)
             times.append(time.perf_counter() - t)
@@ -442,20 +441,6 @@ def kernel_rows(n: int, workdir: Path, queries: int = 200, k: int = 1000, seed: 
         del packed, matrix
     return rows_out
 
-
-def _kernel_args(packed, plan) -> tuple:
-    """The compiled kernel's term arguments for a plan (as `scoring._distances_packed` builds them)."""
-    term_off, term_dim, q_off, term_w, parts, cursor = [], [], [], [], [], 0
-    for key, (queries, weights) in plan.items():
-        for q, w in zip(queries, weights):
-            term_off.append(packed.offsets[key])
-            term_dim.append(packed.dims[key])
-            q_off.append(cursor)
-            term_w.append(w)
-            parts.append(q)
-            cursor += q.shape[0]
-    return (np.asarray(term_off, np.int64), np.asarray(term_dim, np.int64), np.asarray(q_off, np.int64),
-            np.concatenate(parts).astype(np.float32), np.asarray(term_w, np.float32))
 
 
 def loading_phases(settings: Settings, model, queries: list[Query], per_phase: int = 50) -> list[dict]:

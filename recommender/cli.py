@@ -290,12 +290,7 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     mining_overrides = None
     config = SiameseConfig.preset(preset) if preset else None
     if config_file:
-        try:
-            overrides = json.loads(open(config_file, encoding="utf-8").read())
-        except (OSError, ValueError) as exc:
-            raise InputError(f"cannot read the config {config_file}: {exc}; give a JSON object of config fields") from exc
-        if not isinstance(overrides, dict):
-            raise InputError(f"{config_file} must hold a JSON object of config fields")
+        overrides = _config_overrides(config_file, "SiameseConfig", None)
         mining_overrides = overrides.pop("mining", None)
         config = (config or SiameseConfig()).replace(**overrides)
     if config is None:
@@ -396,14 +391,9 @@ def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vect
                "wall_seconds": round(time.time() - started, 1)})
 
 
-def _train_char_siamese(train_files, out_dir, config_file, seed: int, epochs, mined, started: float) -> None:
-    """`train --arch char-siamese`: the store's tickets (+ --train files' tickets) as the knowledge base; trained on
-    the --train files' labelled pairs, or on pairs mined from the tickets (no --train, or --mined)."""
-    import time
-
-    from .data.importers import load_many
+def _config_overrides(config_file, config_name: str, epochs) -> dict:
+    """The JSON object of a --config file (InputError naming the file when it is not one), with --epochs over it."""
     from .errors import InputError
-    from .model.char_siamese import CharSiamese, CharSiameseConfig
 
     overrides = {}
     if config_file:
@@ -412,22 +402,43 @@ def _train_char_siamese(train_files, out_dir, config_file, seed: int, epochs, mi
         except (OSError, ValueError) as exc:
             raise InputError(f"cannot read the config {config_file}: {exc}; give a JSON object of config fields") from exc
         if not isinstance(overrides, dict):
-            raise InputError(f"{config_file} must hold a JSON object of CharSiameseConfig fields")
+            raise InputError(f"{config_file} must hold a JSON object of {config_name} fields")
     if epochs is not None:
         overrides["epochs"] = epochs
-    config = CharSiameseConfig.from_dict(overrides)
+    return overrides
+
+
+def _knowledge_base_and_labels(train_files):
+    """(the store's tickets + the --train files' tickets, the --train files' labelled data or None); InputError when
+    there is no ticket to learn from."""
+    from .data.importers import load_many
+    from .errors import InputError
+
     store = open_store()
     try:
         tickets = list(store.iter_tickets())
     finally:
         store.close()
     labelled = load_many(list(train_files)) if train_files else None
-    if mined is False and labelled is None:
-        raise InputError("--no-mined trains on labelled pairs only: give them with --train FILE")
     tickets += labelled.tickets if labelled is not None else []
     if not tickets:
         raise InputError(f"the knowledge base ({settings().db}) has no tickets to learn from; import them first "
                          "(ticketrec import FILE), or give labelled pairs with --train FILE")
+    return tickets, labelled
+
+
+def _train_char_siamese(train_files, out_dir, config_file, seed: int, epochs, mined, started: float) -> None:
+    """`train --arch char-siamese`: the store's tickets (+ --train files' tickets) as the knowledge base; trained on
+    the --train files' labelled pairs, or on pairs mined from the tickets (no --train, or --mined)."""
+    import time
+
+    from .errors import InputError
+    from .model.char_siamese import CharSiamese, CharSiameseConfig
+
+    config = CharSiameseConfig.from_dict(_config_overrides(config_file, "CharSiameseConfig", epochs))
+    if mined is False and not train_files:
+        raise InputError("--no-mined trains on labelled pairs only: give them with --train FILE")
+    tickets, labelled = _knowledge_base_and_labels(train_files)
     click.echo(f"char-siamese training on {len(tickets)} tickets ...", err=True)
     model = CharSiamese(config).fit(tickets, None if mined else labelled, seed=seed, progress=True,
                                     echo=lambda line: click.echo(line, err=True))
@@ -443,32 +454,13 @@ def _train_var_siamese(train_files, dev_file, out_dir, config_file, word_vectors
     import time
 
     from .data.importers import load_many
-    from .errors import InputError
     from .model.var_siamese import VarSiamese, VarSiameseConfig
 
-    overrides = {}
-    if config_file:
-        try:
-            overrides = json.loads(open(config_file, encoding="utf-8").read())
-        except (OSError, ValueError) as exc:
-            raise InputError(f"cannot read the config {config_file}: {exc}; give a JSON object of config fields") from exc
-        if not isinstance(overrides, dict):
-            raise InputError(f"{config_file} must hold a JSON object of VarSiameseConfig fields")
-    if epochs is not None:
-        overrides["epochs"] = epochs
+    overrides = _config_overrides(config_file, "VarSiameseConfig", epochs)
     if mined is not None:
         overrides["pairs"] = "mined" if mined else "labelled"
     config = VarSiameseConfig.from_dict(overrides)
-    store = open_store()
-    try:
-        tickets = list(store.iter_tickets())
-    finally:
-        store.close()
-    labelled = load_many(list(train_files)) if train_files else None
-    tickets += labelled.tickets if labelled is not None else []
-    if not tickets:
-        raise InputError(f"the knowledge base ({settings().db}) has no tickets to learn from; import them first "
-                         "(ticketrec import FILE), or give labelled pairs with --train FILE")
+    tickets, labelled = _knowledge_base_and_labels(train_files)
     dev = load_many([dev_file]) if dev_file else None
     click.echo(f"var-siamese training on {len(tickets)} tickets ...", err=True)
     model = VarSiamese(config).fit(tickets, labelled, dev=dev, seed=seed, word_vectors=word_vectors, progress=True,

@@ -93,6 +93,21 @@ def read_verified(directory: Path) -> dict | None:
     return None
 
 
+@contextlib.contextmanager
+def cache_lock(root: Path, name: str):
+    """Hold the exclusive lock of cache entry `name` under `root` (created when missing); ModelError saying what to
+    do when the cache cannot be written."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = open(root / f".{name}.lock", "a+")
+    except OSError as exc:
+        raise ModelError(f"cannot write the sentence-encoder cache {root} ({exc.strerror}); set TICKETREC_HOME to a "
+                         "writable directory, or TICKETREC_ENCODER_BACKEND=torch") from exc
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_export(source: Path, name: str, checksum: str, quantized: bool, root: Path | None = None) -> Path:
     """The verified cache directory of `source`'s export (built now when missing or damaged)."""
     root = cache_root() if root is None else Path(root)
@@ -100,14 +115,7 @@ def ensure_export(source: Path, name: str, checksum: str, quantized: bool, root:
     if target.is_dir() and read_verified(target) is not None:
         _touch(target)
         return target
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        lock = open(root / f".{target.name}.lock", "a+")
-    except OSError as exc:
-        raise ModelError(f"cannot write the sentence-encoder cache {root} ({exc.strerror}); set TICKETREC_HOME to a "
-                         "writable directory, or TICKETREC_ENCODER_BACKEND=torch") from exc
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one process builds; the others wait and then read its result
+    with cache_lock(root, target.name):  # one process builds; the others wait and then read its result
         if target.is_dir():
             if read_verified(target) is not None:
                 return target

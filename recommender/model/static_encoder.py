@@ -13,7 +13,6 @@ built again when damaged. What it costs in ranking quality is in docs/results/en
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -23,7 +22,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..files import atomic_directory
-from .onnx_encoder import MANIFEST, cache_root, prune
+from .onnx_encoder import MANIFEST, cache_lock, cache_root, prune
 from .encoder_base import SentenceEncoder, file_checksums, load_sentence_transformer
 
 log = logging.getLogger(__name__)
@@ -65,14 +64,7 @@ def ensure_static(source: Path, name: str, checksum: str, root: Path | None = No
     target = root / f"static-{cache_key(checksum)}"
     if target.is_dir() and _verified(target) is not None:
         return target
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        lock = open(root / f".{target.name}.lock", "a+")
-    except OSError as exc:
-        raise ModelError(f"cannot write the sentence-encoder cache {root} ({exc.strerror}); set TICKETREC_HOME to a "
-                         "writable directory, or TICKETREC_ENCODER_BACKEND=torch") from exc
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cache_lock(root, target.name):
         if target.is_dir() and _verified(target) is not None:
             return target
         if target.is_dir():

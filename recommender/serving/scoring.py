@@ -173,8 +173,9 @@ def _distances_numpy(mat: np.ndarray, rows: np.ndarray | None, queries: np.ndarr
             out[start:stop] += w * b.sum(axis=1, dtype=np.float32)
 
 
-def _distances_packed(packed: PackedVectors, plan: dict, rows: np.ndarray | None, out: np.ndarray) -> None:
-    """All of the metric's terms row by row over a packed matrix (numba), one record per candidate."""
+def kernel_terms(packed: PackedVectors, plan: dict) -> tuple:
+    """The compiled kernel's term arguments for a plan: each term's offset and width in a packed record, its query
+    vector's offset in the concatenated query vectors, those vectors (float32) and the terms' weights."""
     term_off, term_dim, q_off, term_w, q_parts = [], [], [], [], []
     cursor = 0
     for key, (queries, weights) in plan.items():
@@ -185,8 +186,13 @@ def _distances_packed(packed: PackedVectors, plan: dict, rows: np.ndarray | None
             term_w.append(w)
             q_parts.append(q)
             cursor += q.shape[0]
-    args = (np.asarray(term_off, np.int64), np.asarray(term_dim, np.int64), np.asarray(q_off, np.int64),
+    return (np.asarray(term_off, np.int64), np.asarray(term_dim, np.int64), np.asarray(q_off, np.int64),
             np.concatenate(q_parts).astype(np.float32), np.asarray(term_w, np.float32))
+
+
+def _distances_packed(packed: PackedVectors, plan: dict, rows: np.ndarray | None, out: np.ndarray) -> None:
+    """All of the metric's terms row by row over a packed matrix (numba), one record per candidate."""
+    args = kernel_terms(packed, plan)
     if rows is not None:
         _prefetch_if_paged_out(packed, rows)
     mat = np.asarray(packed.matrix)  # a memmap becomes a plain ndarray view (no copy)
