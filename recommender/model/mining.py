@@ -1,9 +1,9 @@
 """Training pairs mined from the knowledge base itself, for a help desk that has tickets but no labelled pairs.
 
 A ticket's SUBJECT (optionally with the first sentences of its DESCRIPTION, at most `prefix_words` words) is a
-query; the ticket's *view* — its other fields, the rest of the DESCRIPTION and the SOLUTION, with the SUBJECT left out — is the
-target it must find. The target never holds the query's words: a target that still contains the subject makes
-pairs a lexical match solves, and weights selected on them lean toward BM25 (findings.md).
+query; the ticket's *view* — its other fields, the rest of the DESCRIPTION and the SOLUTION, with the SUBJECT left
+out — is the target it must find. The target never holds the query's words: a target that still contains the
+subject makes pairs a lexical match solves, and weights selected on them lean toward BM25 (findings.md).
 
 Per query: one positive (YES = 5, its own view) and `negatives` negatives (NO = 1): a `hard_share` of them hard
 (among the `hard_pool` views of highest BM25 for the query, never its own), the rest random. Training queries
