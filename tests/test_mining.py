@@ -31,9 +31,11 @@ def test_mining_is_deterministic_for_a_seed(kb):
     assert _as_tuples(a) != _as_tuples(c)
 
 
-def test_targets_leave_the_query_words_out(kb):
-    mined = mine_pairs(kb, MiningConfig(prefix_words=30), seed=0)
+@pytest.mark.parametrize("held_out_prefix_words", [0, 1_000_000])
+def test_targets_leave_the_query_words_out(kb, held_out_prefix_words):
+    mined = mine_pairs(kb, MiningConfig(prefix_words=12, held_out_prefix_words=held_out_prefix_words), seed=0)
     by_id = {t.id: t for t in kb}
+    held = {q.id.split(":")[1] for q in mined.held_out_queries}
     prefixes = {q.id.split(":")[1]: q.description for q in mined.train_queries + mined.held_out_queries
                 if q.id.count(":") == 1}
     assert any(prefixes.values())  # the synthetic descriptions are long enough for a first sentence
@@ -43,9 +45,17 @@ def test_targets_leave_the_query_words_out(kb):
         assert view.solution == original.solution
         words, prefix = original.description.split(), prefixes[view.id].split()
         assert prefix + view.description.split() == words  # query and view split the description between them
-        assert len(prefix) <= min(30, len(words) / 2)
+        limit = held_out_prefix_words if view.id in held and held_out_prefix_words else 12
+        assert len(prefix) <= min(limit, len(words) / 2)
         if prefix:
             assert prefixes[view.id].endswith((".", "!", "?"))  # cut between sentences
+    train_words = [len(q.description.split()) for q in mined.train_queries if q.id.count(":") == 1]
+    held_words = [len(q.description.split()) for q in mined.held_out_queries]
+    assert max(train_words) <= 12
+    if held_out_prefix_words:  # held-out queries carry up to half of the description, like a whole new ticket
+        assert max(held_words) > 12
+    else:
+        assert max(held_words) <= 12
 
 
 def test_each_positive_has_its_negatives_half_hard_never_itself(kb):

@@ -9,7 +9,9 @@ Per query: one positive (YES = 5, its own view) and `negatives` negatives (NO = 
 (among the `hard_pool` views of highest BM25 for the query, never its own), the rest random. Training queries
 also come in `augmented` noisy variants (`augment.Augmenter`: typos, synonyms, extra and dropped words) with
 the same target and fresh negatives. A held-out slice of the tickets (`held_out`, by ticket: neither its
-query nor its augmentations are trained on) serves early stopping and the selection of channel and pair weights.
+query nor its augmentations are trained on) serves early stopping and the selection of channel and pair weights;
+its queries carry whole sentences up to half of the description (`held_out_prefix_words`), not the training
+queries' 30 words, so that the weights are chosen on queries as long as a new ticket's.
 Labelled pairs, when a help desk has some, are added to the mined pairs (`unsupervised.py`), not a replacement.
 """
 from __future__ import annotations
@@ -48,6 +50,10 @@ class MiningConfig:
     held_out: float = 0.15
     max_held_out: int = 300
     prefix_words: int = 30
+    # held-out queries take whole sentences up to half of the description, however many words (0: as training):
+    # the slice that selects the weights should look like what serving gets, a whole new ticket against whole old
+    # ones, so a channel that learnt only the short training queries does not earn its weight there
+    held_out_prefix_words: int = 1_000_000
     augmented: int = 1
     labelled_weight: int = 2
     # the pretrained channel S adapted on the mined pairs (adaptation.py), kept only when it ranks the held-out
@@ -64,9 +70,9 @@ class MiningConfig:
             raise InputError(f"hard_share must be within [0, 1], not {self.hard_share}")
         if not 0.0 < self.held_out < 0.5:
             raise InputError(f"held_out must be within (0, 0.5), not {self.held_out}")
-        if self.prefix_words < 0 or self.augmented < 0 or self.labelled_weight < 1 or self.hard_pool < 1 \
+        if self.prefix_words < 0 or self.held_out_prefix_words < 0 or self.augmented < 0 or self.labelled_weight < 1 or self.hard_pool < 1 \
                 or self.adapt_pairs < 2 or self.adapt_epochs < 1:
-            raise InputError("prefix_words and augmented must be ≥ 0, labelled_weight, hard_pool and adapt_epochs ≥ 1, "
+            raise InputError("prefix_words, held_out_prefix_words and augmented must be ≥ 0, labelled_weight, hard_pool and adapt_epochs ≥ 1, "
                              "adapt_pairs ≥ 2")
 
     @classmethod
@@ -158,11 +164,14 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
         raise InputError("the knowledge base holds two tickets with one id; give every ticket its own id")
     rng = np.random.default_rng(seed)
     n = len(usable)
-    views = [s[1] for _, s in usable]
-    base_queries = [s[0] for _, s in usable]
     n_held = int(min(config.max_held_out, max(MIN_HELD_OUT, round(config.held_out * n))))
     held = np.zeros(n, dtype=bool)
     held[rng.permutation(n)[:n_held]] = True
+    if config.held_out_prefix_words:  # held-out tickets cut with their own prefix length (same subject, so minable)
+        usable = [(t, split_ticket(t, config.held_out_prefix_words) if held[i] else s)
+                  for i, (t, s) in enumerate(usable)]
+    views = [s[1] for _, s in usable]
+    base_queries = [s[0] for _, s in usable]
     scorer = Bm25Scorer(views)
     n_hard = int(round(config.negatives * config.hard_share))
     n_random = config.negatives - n_hard
@@ -207,5 +216,8 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
              "train_queries": len(arr["train"][0]), "augmented_queries": n_augmented,
              "train_pairs": len(arr["train"][3]), "held_out_pairs": len(arr["held"][3]),
              "positives": int((arr["train"][3] == YES).sum() + (arr["held"][3] == YES).sum()),
-             "with_prefix": sum(1 for qq in base_queries if qq.description), "config": config.to_dict()}
+             "with_prefix": sum(1 for qq in base_queries if qq.description),
+             "held_out_query_words": float(np.mean([len(f"{q.subject} {q.description}".split())
+                                                    for q, h in zip(base_queries, held) if h])),
+             "config": config.to_dict()}
     return MinedPairs(views, *arr["train"], *arr["held"], np.array(truth, np.int64), stats)
