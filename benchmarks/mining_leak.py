@@ -14,7 +14,6 @@ Ties are ranked at their mid-rank (a constant feature neither helps nor hurts).
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from recommender.data.importers import load  # noqa: E402
 from recommender.data.records import Query, Ticket  # noqa: E402
 from recommender.lexical.bm25 import Bm25Scorer  # noqa: E402
 from recommender.model.mining import split_ticket  # noqa: E402
@@ -77,9 +77,7 @@ def main() -> None:
     args = ap.parse_args()
     if not Path(args.kb).is_file():
         raise SystemExit(f"error: {args.kb} not found (the shared SeaMonkey export; see ../shared/data/README.md)")
-    csv.field_size_limit(1 << 24)
-    with open(args.kb, newline="", encoding="utf-8") as f:
-        tickets = [Ticket(r["Issue id"], r["Summary"] or "", r["Description"] or "", "") for r in csv.DictReader(f)]
+    tickets = load(args.kb, mapping={"id": "Issue id", "subject": "Summary", "description": "Description"}).tickets
     rows = {"sentence cut (current)": measure(tickets, lambda t: split_ticket(t, 30), args.queries, args.seed),
             "first 30 words, at most half (earlier)": measure(tickets, word_cut, args.queries, args.seed)}
     columns = list(next(iter(rows.values())))
