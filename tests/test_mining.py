@@ -98,6 +98,29 @@ def test_held_out_slice_is_by_ticket_and_augmented_copies_only_in_training(kb):
     assert any(":aug" in q.id for q in mined.train_queries)
 
 
+def test_paraphrase_queries_reword_a_held_out_subject_and_find_its_full_view(kb):
+    """Each paraphrase query is a held-out ticket's subject reworded (never as it was) with the held-out query's
+    description prefix; it must find its ticket among the full views (the views with their subjects back)."""
+    aug = Augmenter({}, ["noise", "extra"], seed=0, typo_words=0.5, extra_words=0.5)
+    mined = mine_pairs(kb, MiningConfig(held_out=0.2), seed=0, augmenter=aug)
+    by_id = {t.id: t for t in kb}
+    held = {q.id: q for q in mined.held_out_queries}
+    assert 0 < len(mined.paraphrase_queries) <= len(held) and mined.stats["paraphrase_queries"] == len(mined.paraphrase_queries)
+    for query, row in zip(mined.paraphrase_queries, mined.paraphrase_truth):
+        original = held[query.id.removesuffix(":paraphrase")]
+        assert query.subject.lower() != original.subject.lower() and query.description == original.description
+        assert mined.full_views[row].id == mined.views[row].id == original.id.split(":")[1]
+    for view, full in zip(mined.views, mined.full_views):
+        assert (full.id, full.subject, full.description, full.solution) == (
+            view.id, by_id[view.id].subject, view.description, view.solution)
+    again = mine_pairs(kb, MiningConfig(held_out=0.2), seed=0, augmenter=Augmenter({}, ["noise", "extra"], seed=0,
+                                                                                     typo_words=0.5, extra_words=0.5))
+    assert [q.subject for q in again.paraphrase_queries] == [q.subject for q in mined.paraphrase_queries]
+    assert not mine_pairs(kb, MiningConfig(held_out=0.2), seed=0).paraphrase_queries  # no augmenter: none
+    off = mine_pairs(kb, MiningConfig(held_out=0.2, held_out_paraphrases=False), seed=0, augmenter=aug)
+    assert not off.paraphrase_queries and _as_tuples(off) == _as_tuples(mined)  # the other pairs are unchanged
+
+
 def test_too_few_tickets_or_no_negatives_refused():
     tiny = [Ticket(f"t{i}", f"subject {i}", f"description {i}", "") for i in range(MIN_TICKETS - 1)]
     with pytest.raises(InputError, match=f"at least {MIN_TICKETS} tickets"):

@@ -14,7 +14,7 @@ from recommender.lexical.bm25 import Bm25Scorer
 from recommender.model.bundle import TicketModel
 from recommender.model.calibration import Calibrator
 from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs
-from recommender.model.unsupervised import mrr_at_k, train_without_labels
+from recommender.model.unsupervised import RankedSlice, mrr_at_k, select_by_rank, train_without_labels
 
 #: The tiny dimensions of tests/conftest.py's models, no pretrained channel (no MiniLM in a unit test).
 TINY = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 6, "topic_vocab": 80, "topic_epochs": 2,
@@ -53,6 +53,39 @@ def test_cli_trains_label_free_on_the_store_and_says_what_it_did(label_free):
         assert line in output
     model = TicketModel.load(model_dir)
     assert model.meta["training"]["mode"] == "label-free" and model.calibrator is not None
+
+
+def test_the_paraphrase_queries_make_the_subject_pair_selectable(label_free):
+    """The views of the mined pairs have no subject; the paraphrase queries rank the full views, so SUB1–SUB2 is
+    observed and selected there, and the report gives each slice's MRR@10."""
+    _, model_dir, _, _ = label_free
+    training = TicketModel.load(model_dir).meta["training"]
+    assert training["mining"]["paraphrase_queries"] > 0
+    assert "SUB|SUB" in training["observable_pairs"]
+    assert set(training["weight_selection"]["by_slice"]) == {"held-out", "paraphrase"}
+
+
+def test_selection_by_rank_pools_the_slices_and_searches_a_pair_one_slice_shows():
+    """Pair 0 is constant per query in slice A (unobservable there) and the only informative pair in slice B;
+    pair 1 ranks A's own view first and B's last. Pooled, the weights that rank both best use pair 0 (searched
+    because B shows it) and pair 1 (A), and A's ranking ignores pair 0's constant."""
+    n = 6
+    dist_a = np.ones((2, 1, n, n), np.float32)
+    dist_a[0] = 5.0  # constant per query
+    dist_b = np.ones((2, 1, n, n), np.float32)
+    for q in range(n):
+        dist_a[1, 0, q, q] = 0.0  # pair 1 finds A's own view
+        dist_b[0, 0, q, q] = 0.0  # pair 0 finds B's
+        dist_b[1, 0, q, q] = 1.5  # pair 1 puts it last in B (pooled with pair 0: first)
+    truth = np.arange(n)
+    spec = {"pairs": [["SUB", "SUB", 0.0], ["SUB", "DESC", 0.0]], "channels": {"E": 1.0}, "bm25": 0.0}
+    grid = {"SUB|SUB": [0.0, 1.0], "SUB|DESC": [0.0, 1.0], "E": [1.0]}
+    slices = [RankedSlice(dist_a, None, truth, [False, True]), RankedSlice(dist_b, None, truth, [True, True])]
+    chosen, value, best = select_by_rank(slices, spec, grid)
+    assert [v for *_, v in chosen["pairs"]] == [1.0, 1.0] and value == best["best"] == 1.0
+    assert slices[0].mrr(chosen) == 1.0 and slices[1].mrr(chosen) == 1.0
+    only_a, value_a, _ = select_by_rank(slices[:1], spec, grid)
+    assert only_a["pairs"][0][2] == 0.0 and value_a == 1.0  # unobservable alone: keeps the spec's weight
 
 
 def test_label_free_model_ranks_a_held_out_ticket_above_random_ones(label_free):

@@ -18,8 +18,7 @@ from ..data.store import Dataset, Store, query_key
 from .calibration import Calibrator
 from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fit, lexical_features, mean_distance,
                        pair_scores, query_text, split_queries)
-from .unsupervised import (CALIBRATION_NEGATIVES, MAX_RANKED_VIEWS, rank_distances, select_by_rank,
-                           spec_reciprocal_ranks)
+from .unsupervised import CALIBRATION_NEGATIVES, MAX_RANKED_VIEWS, RankedSlice, rank_distances, select_by_rank
 from ..lexical.bm25 import Bm25Scorer
 
 #: The fewest relevant judgements (YES/REL pairs) that may re-select the channel and pair weights.
@@ -201,21 +200,20 @@ def reselect_weights(model: TicketModel, train: Dataset, knowledge_base: Sequenc
             if lex is not None:
                 lex[qi, same] = -1e6
     observable = [bool((dist[p].max(axis=2) - dist[p].min(axis=2) > 1e-6).any()) for p in range(len(dist))]
-    current = spec_reciprocal_ranks(dist, lex, truth, spec, observable)
+    judged = RankedSlice(dist, lex, truth, observable)
+    current = judged.reciprocal_ranks(spec)
     # The best of thousands of grid points on a few dozen queries looks better than it is: estimate what selecting
     # gains by cross-validation over the judged queries (select on the other folds, rank this one).
     fold = rng.permutation(len(truth)) % SELECTION_FOLDS
     selected = np.zeros(len(truth))
     for f in range(SELECTION_FOLDS):
         train_q, test_q = fold != f, fold == f
-        chosen_f, _, _ = select_by_rank(dist[:, :, train_q], None if lex is None else lex[train_q], truth[train_q],
-                                        spec, config.grid, observable)
-        selected[test_q] = spec_reciprocal_ranks(dist[:, :, test_q], None if lex is None else lex[test_q],
-                                                 truth[test_q], chosen_f, observable)
+        chosen_f, _, _ = select_by_rank([judged.queries(train_q)], spec, config.grid)
+        selected[test_q] = judged.queries(test_q).reciprocal_ranks(chosen_f)
     diff = selected - current
     gain, stderr = float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))
     changed = gain > stderr
-    chosen, value, _ = select_by_rank(dist, lex, truth, spec, config.grid, observable)
+    chosen, value, _ = select_by_rank([judged], spec, config.grid)
     if changed:
         model.net.set_weights([v for *_, v in chosen["pairs"]], chosen["channels"], chosen["bm25"])
         model.invalidate()

@@ -12,6 +12,12 @@ the same target and fresh negatives. A held-out slice of the tickets (`held_out`
 query nor its augmentations are trained on) serves early stopping and the selection of channel and pair weights;
 its queries carry whole sentences up to half of the description (`held_out_prefix_words`), not the training
 queries' 30 words, so that the weights are chosen on queries as long as a new ticket's.
+A view has no subject, so the slice cannot show how much two tickets' subjects say (SUB1–SUB2), and it hides the
+view's subject from BM25; a help desk's duplicates are whole tickets, subjects on both sides. With an augmenter,
+each held-out ticket therefore also gives a *paraphrase* query (`held_out_paraphrases`): a noisy variant of its
+subject (`Augmenter.augment`: typos, synonyms, extra and dropped words, as another engineer might word it) with the
+same description prefix, which must find its ticket among the *full views* (each view with its subject back). The
+paraphrase queries select weights only (`unsupervised.select_on_held_out`); the network never trains on them.
 Labelled pairs, when a help desk has some, are added to the mined pairs (`unsupervised.py`), not a replacement.
 """
 from __future__ import annotations
@@ -55,6 +61,8 @@ class MiningConfig:
     # ones, so a channel that learnt only the short training queries does not earn its weight there
     held_out_prefix_words: int = 1_000_000
     augmented: int = 1
+    # each held-out ticket also as a paraphrased-subject query against the views with their subjects (see above)
+    held_out_paraphrases: bool = True
     labelled_weight: int = 2
     # the pretrained channel S adapted on the mined pairs (adaptation.py), kept only when it ranks the held-out
     # slice better: at most `adapt_pairs` pairs (one per training ticket), `adapt_epochs` epochs
@@ -94,6 +102,9 @@ class MinedPairs:
     """Pairs over mined queries and the knowledge base's views: pair k is (queries[q[k]], views[t[k]]) with label y[k].
 
     `held_out_truth[i]` is the row in `views` of held-out query i's own ticket (its only relevant view).
+    `full_views[r]` is `views[r]` with its ticket's subject; `paraphrase_queries[i]` (a held-out ticket's subject
+    paraphrased, its description prefix) must find row `paraphrase_truth[i]` of `full_views` (empty without an
+    augmenter or with `held_out_paraphrases` off).
     """
 
     views: list[Ticket]
@@ -107,6 +118,9 @@ class MinedPairs:
     held_out_y: np.ndarray
     held_out_truth: np.ndarray
     stats: dict
+    full_views: list[Ticket]
+    paraphrase_queries: list[Query]
+    paraphrase_truth: np.ndarray
 
 
 def split_ticket(ticket: Ticket, prefix_words: int) -> tuple[Query, Ticket] | None:
@@ -190,6 +204,8 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
 
     sides = {"train": ([], [], [], []), "held": ([], [], [], [])}
     truth: list[int] = []
+    paraphrases: list[Query] = []
+    paraphrase_truth: list[int] = []
     n_augmented = 0
     for i, query in enumerate(base_queries):
         key = "held" if held[i] else "train"
@@ -206,6 +222,10 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
             queries.append(variant)
             if key == "held" and variant is query:
                 truth.append(i)
+                paraphrase = _paraphrase(query, augmenter) if config.held_out_paraphrases else None
+                if paraphrase is not None:
+                    paraphrases.append(paraphrase)
+                    paraphrase_truth.append(i)
             for row, label in [(i, YES)] + [(r, NO) for r in negatives(f"{variant.subject}\n{variant.description}", i)]:
                 q.append(qi)
                 t.append(row)
@@ -216,8 +236,22 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
              "train_queries": len(arr["train"][0]), "augmented_queries": n_augmented,
              "train_pairs": len(arr["train"][3]), "held_out_pairs": len(arr["held"][3]),
              "positives": int((arr["train"][3] == YES).sum() + (arr["held"][3] == YES).sum()),
-             "with_prefix": sum(1 for qq in base_queries if qq.description),
+             "paraphrase_queries": len(paraphrases), "with_prefix": sum(1 for qq in base_queries if qq.description),
              "held_out_query_words": float(np.mean([len(f"{q.subject} {q.description}".split())
                                                     for q, h in zip(base_queries, held) if h])),
              "config": config.to_dict()}
-    return MinedPairs(views, *arr["train"], *arr["held"], np.array(truth, np.int64), stats)
+    full_views = [Ticket(view.id, t.subject, view.description, view.solution) for (t, _), view in zip(usable, views)]
+    return MinedPairs(views, *arr["train"], *arr["held"], np.array(truth, np.int64), stats, full_views, paraphrases,
+                      np.array(paraphrase_truth, np.int64))
+
+
+def _paraphrase(query: Query, augmenter: Augmenter | None) -> Query | None:
+    """`query` with its subject reworded by `augmenter` (the first of three tries that changes it), or None (no
+    augmenter, or a subject it leaves as it is: an unchanged subject finds its ticket by copy, not by meaning)."""
+    if augmenter is None:
+        return None
+    for attempt in range(3):
+        text = augmenter.augment(query.subject, key=f"{query.id}:paraphrase{attempt}")
+        if text and text.lower() != query.subject.lower():
+            return Query(text, query.description, id=f"{query.id}:paraphrase")
+    return None

@@ -7,20 +7,22 @@
        labelled pairs and engineers' feedback, when there are some, are added to them (weighted);
     3. the Siamese LSTM trained on the mined pairs (`training.fit`: MSE plus an in-batch ranking loss, Adadelta,
        early stopping on the slice);
-    4. channel and pair weights selected by rank on the held-out slice: each held-out subject ranks every
-       ticket's view, and the weights with the best MRR@10 of its own ticket win;
+    4. channel and pair weights selected by rank on the held-out slice: each held-out query ranks every ticket's
+       view, and each paraphrase query (its subject reworded) every full view (the view with its subject), and the
+       weights with the best MRR@10 of the own ticket over both win;
     5. calibration (`Calibrator.fit_centered`) on pairs scored as serving scores them: a held-out ticket's own
        subject query against the full ticket (YES 5) and against random tickets (NO 1), plus any labels.
 
-Pairs whose ticket side the mined pairs never show (the view has no subject, so SUB1–SUB2; DESC1–… without a
-description prefix) cannot be learnt or selected from them: they are left out of training (weight 0 meanwhile)
-and keep the configuration's weight.
+Pairs whose ticket side the mined training pairs never show (the view has no subject, so SUB1–SUB2; DESC1–…
+without a description prefix) are left out of training (weight 0 meanwhile); SUB1–SUB2 is selected on the
+paraphrase queries, and a pair no slice shows keeps the configuration's weight (`_restored_pairs`).
 """
 from __future__ import annotations
 
 import itertools
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -48,7 +50,7 @@ from .vocab import EOS, UNK_ID
 LABEL_FREE_GRID = {
     "h": [0.0, 0.1, 0.3, 0.7], "E": [0.0, 0.1, 0.3, 1.0], "T": [0.0, 0.1, 0.3], "S": [0.0, 0.3, 1.0, 3.0],
     "bm25": [0.0, 0.1, 0.3, 1.0, 3.0],
-    "SUB|SUB": [0.3], "DESC|DESC": [0.0, 0.3, 0.4], "SUB|DESC": [0.0, 0.1, 0.2, 0.4], "SUB|SOL": [0.1, 0.2],
+    "SUB|SUB": [0.0, 0.1, 0.3], "DESC|DESC": [0.0, 0.3, 0.4], "SUB|DESC": [0.0, 0.1, 0.2, 0.4], "SUB|SOL": [0.1, 0.2],
     "DESC|SOL": [0.1, 0.2], "ALL|ALL": [0.0, 0.3, 1.0],
 }
 #: Label-free pairs: Table 2's five, and the merged texts (query SUB+DESC against ticket SUB+DESC+SOL) as one more
@@ -145,43 +147,75 @@ def mrr_at_k(d: np.ndarray, truth: np.ndarray, k: int = MRR_K) -> float:
     return float(np.mean(reciprocal_ranks(d, truth, k)))
 
 
-def select_by_rank(dist: np.ndarray, lexical: np.ndarray | None, truth: np.ndarray, spec: dict, grid: dict,
-                   observable: Sequence[bool], progress: bool = False) -> tuple[dict, float, dict]:
-    """The simplest grid combination whose held-out MRR@10 is within one standard error of the best one.
+@dataclass
+class RankedSlice:
+    """Held-out queries ranked against candidate views: `dist` [P, C, Q, N] from `rank_distances`, `lexical` [Q, N]
+    (BM25 share, or None without the BM25 channel), `truth` [Q] the column of each query's own view, `observable`
+    [P] the metric pairs whose distance changes a ranking here (the others are left out of it)."""
+
+    dist: np.ndarray
+    lexical: np.ndarray | None
+    truth: np.ndarray
+    observable: Sequence[bool]
+
+    def reciprocal_ranks(self, spec: dict) -> np.ndarray:
+        """Per-query 1/rank (within the top 10, else 0) of the weights `spec`."""
+        pw = np.array([v for *_, v in spec["pairs"]]) * np.asarray(self.observable, bool)
+        cw = np.array(list(spec["channels"].values()), np.float32)
+        d = np.einsum("pcqn,p,c->qn", self.dist, pw, cw)
+        if self.lexical is not None and spec["bm25"]:
+            d = d + spec["bm25"] * (1.0 - self.lexical)
+        return reciprocal_ranks(d, self.truth)
+
+    def mrr(self, spec: dict) -> float:
+        """MRR@10 of the weights `spec`."""
+        return float(np.mean(self.reciprocal_ranks(spec)))
+
+    def queries(self, mask: np.ndarray) -> "RankedSlice":
+        """The same slice for the queries `mask` selects only."""
+        return RankedSlice(self.dist[:, :, mask], None if self.lexical is None else self.lexical[mask],
+                           self.truth[mask], self.observable)
+
+
+def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
+                   progress: bool = False) -> tuple[dict, float, dict]:
+    """The simplest grid combination whose held-out MRR@10 (over the queries of all `slices`) is within one standard
+    error of the best one.
 
     The one-standard-error rule (Breiman et al. 1984): combinations that a few hundred held-out queries cannot
     tell apart are equally good, and the one with the fewest channels (BM25 counted as one) is the least likely
     to carry noise to queries unlike the mined ones; ties go to the higher MRR, then to grid order.
-    `dist` [P, C, Q, N] from `rank_distances`, `lexical` [Q, N] (or None without the BM25 channel), `spec` the
-    current metric spec (`net.metric_spec()`); only the `observable` pairs are searched, the others keep `spec`.
+    `spec` is the current metric spec (`net.metric_spec()`); the pairs observable in some slice are searched, the
+    others keep `spec`; BM25 is searched when every slice has its lexical feature.
     Returns the chosen spec, its MRR@10 and {"best": the best MRR@10, "stderr": its standard error}.
     """
     pairs = [(a, b) for a, b, _ in spec["pairs"]]
     channels = list(spec["channels"])
-    pair_axes = [list(grid.get(f"{a}|{b}", [v])) if obs else [v]
-                 for (a, b, v), obs in zip(spec["pairs"], observable)]
+    searched = np.any([np.asarray(s.observable, bool) for s in slices], axis=0)
+    pair_axes = [list(grid.get(f"{a}|{b}", [v])) if obs else [v] for (a, b, v), obs in zip(spec["pairs"], searched)]
     channel_axes = [list(grid.get(c, [spec["channels"][c]])) for c in channels]
-    use_bm25 = lexical is not None
+    use_bm25 = all(s.lexical is not None for s in slices)
     bm25_axis = list(grid.get("bm25", [spec["bm25"]])) if use_bm25 else [0.0]
-    lex = (1.0 - lexical) if use_bm25 else 0.0
-    obs = np.asarray(observable, bool)
+    lex = [(1.0 - s.lexical) if use_bm25 else 0.0 for s in slices]
+    n_queries = sum(len(s.truth) for s in slices)
     results: list[tuple[float, int, tuple, np.ndarray]] = []  # (MRR, channels used, combination, per-query RR)
 
     pair_combos = list(itertools.product(*pair_axes))
     channel_combos = [c for c in itertools.product(*channel_axes)]
     for pw in tqdm(pair_combos, desc="selecting weights", disable=not progress, leave=False):
-        pw_arr = np.asarray(pw) * obs  # unobservable pairs are constant per query: leave them out of the ranking
-        per_channel = np.einsum("pcqn,p->cqn", dist, pw_arr)
+        # unobservable pairs are constant per query: leave them out of each slice's ranking
+        per_channel = [np.einsum("pcqn,p->cqn", s.dist, np.asarray(pw) * np.asarray(s.observable, bool)) for s in slices]
         for cw in channel_combos:
-            d_channels = np.einsum("cqn,c->qn", per_channel, np.asarray(cw, np.float32))
+            cw_arr = np.asarray(cw, np.float32)
+            d_channels = [np.einsum("cqn,c->qn", pc, cw_arr) for pc in per_channel]
             for wb in bm25_axis:
                 if not any(cw) and not wb:
                     continue
-                d = d_channels + wb * lex if wb else d_channels
-                rr = reciprocal_ranks(d, truth)
+                rr = np.concatenate([reciprocal_ranks(d + wb * lx if wb else d, s.truth)
+                                     for d, lx, s in zip(d_channels, lex, slices)])
                 results.append((float(rr.mean()), sum(1 for w in cw if w) + int(bool(wb)), (pw, cw, wb), rr))
     top = max(range(len(results)), key=lambda i: (results[i][0], -i))
-    stderr = float(results[top][3].std(ddof=1) / np.sqrt(len(truth))) if len(truth) > 1 else 0.0
+    stderr = float(results[top][3].std(ddof=1) / np.sqrt(n_queries)) if n_queries > 1 else 0.0
     near = [i for i, r in enumerate(results) if r[0] >= results[top][0] - stderr]
     chosen = min(near, key=lambda i: (results[i][1], -results[i][0], i))
     best_value, _, (pw, cw, wb), _ = results[chosen]
@@ -190,38 +224,64 @@ def select_by_rank(dist: np.ndarray, lexical: np.ndarray | None, truth: np.ndarr
             float(best_value), {"best": results[top][0], "stderr": stderr})
 
 
-def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPairs, views: Prepared,
-                       view_scorer: Bm25Scorer | None, observable: list[bool], seed: int,
-                       progress: bool) -> tuple[dict, list[bool]]:
-    """Rank the views (all, or `MAX_RANKED_VIEWS` of them with every held-out ticket's own) for each held-out
-    query, select the weights by rank (`select_by_rank`) and set them on `model`. Returns the selection report
-    and the pairs that were observable (a pair whose distance is the same for every view of a query, e.g. no
-    ticket has a SOLUTION, cannot change a ranking and is not)."""
-    net, truth = model.net, mined.held_out_truth
-    ranked = np.arange(len(mined.views))
+def _ranked_rows(n_views: int, truth: np.ndarray, seed: int) -> np.ndarray:
+    """The view rows a held-out ranking scores: all, or `MAX_RANKED_VIEWS` of them with every row in `truth`."""
+    ranked = np.arange(n_views)
     if len(ranked) > MAX_RANKED_VIEWS:
         rng = np.random.default_rng(seed + 2)
         rest = np.setdiff1d(ranked, truth)
         ranked = np.union1d(truth, rng.choice(rest, MAX_RANKED_VIEWS - len(np.unique(truth)), replace=False))
-    own = np.searchsorted(ranked, truth)
-    dist = rank_distances(model, held.queries, Prepared(*views.rows(ranked)))
-    lex = None
-    if view_scorer is not None:
-        lex = np.stack([view_scorer.lexical(query_text(q), ranked) for q in held.pairs.queries])
+    return ranked
+
+
+def _ranked_slice(model: TicketModel, queries: Prepared, query_texts: Sequence[str], views: Prepared,
+                  ranked: np.ndarray, truth: np.ndarray, scorer: Bm25Scorer | None,
+                  observable: Sequence[bool]) -> RankedSlice:
+    """A `RankedSlice` of prepared queries against the prepared `views` (rows `ranked` of the scorer's tickets);
+    a pair counts as observable when `observable` says so and its distance varies over some query's views."""
+    dist = rank_distances(model, queries, views)
+    lex = None if scorer is None else np.stack([scorer.lexical(text, ranked) for text in query_texts])
     varies = [bool((dist[p].max(axis=2) - dist[p].min(axis=2) > 1e-6).any()) for p in range(len(dist))]
-    observable = [o and v for o, v in zip(observable, varies)]
+    return RankedSlice(dist, lex, np.searchsorted(ranked, truth), [o and v for o, v in zip(observable, varies)])
+
+
+def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPairs, views: Prepared,
+                       view_scorer: Bm25Scorer | None, observable: list[bool], seed: int,
+                       progress: bool) -> tuple[dict, list[bool]]:
+    """Rank the views (all, or `MAX_RANKED_VIEWS` of them with every held-out ticket's own) for each held-out
+    query, and the full views for each paraphrase query (`mining.py`), select the weights by rank over both
+    (`select_by_rank`) and set them on `model`. Returns the selection report and the pairs that were observable
+    (a pair whose distance is the same for every view of a query, e.g. no ticket has a SOLUTION, cannot change a
+    ranking and is not; the ticket's SUBJECT is observable through the paraphrase queries only)."""
+    net = model.net
+    ranked = _ranked_rows(len(mined.views), mined.held_out_truth, seed)
+    slices = {"held-out": _ranked_slice(model, held.queries, [query_text(q) for q in held.pairs.queries],
+                                        Prepared(*views.rows(ranked)), ranked, mined.held_out_truth, view_scorer,
+                                        observable)}
+    if mined.paraphrase_queries:
+        full_scorer = None if view_scorer is None else Bm25Scorer(mined.full_views)
+        slices["paraphrase"] = _ranked_slice(
+            model, model.prepare(mined.paraphrase_queries, "query", progress),
+            [query_text(q) for q in mined.paraphrase_queries],
+            model.prepare([mined.full_views[int(r)] for r in ranked], "ticket", progress), ranked,
+            mined.paraphrase_truth, full_scorer, [True] * len(observable))
     trained = net.metric_spec()
-    chosen, value, best = select_by_rank(dist, lex, own, trained, model.siamese_config.grid, observable, progress)
+    chosen, value, best = select_by_rank(list(slices.values()), trained, model.siamese_config.grid, progress)
+
+    def mrr(spec: dict) -> float:  # over the queries of every slice, as the selection counts them
+        return float(np.mean(np.concatenate([s.reciprocal_ranks(spec) for s in slices.values()])))
+
+    use_bm25 = view_scorer is not None
     alone = {}
-    for c in list(trained["channels"]) + (["bm25"] if lex is not None else []):
-        one = dict(chosen, channels={k: float(k == c) for k in chosen["channels"]}, bm25=float(c == "bm25"))
-        alone[c] = spec_mrr(dist, lex, own, one, observable)
-    report = {"objective": f"held-out MRR@{MRR_K} of the own ticket among {len(ranked)} views", "value": value,
-              "best": best["best"], "stderr": best["stderr"], "before": spec_mrr(dist, lex, own, trained, observable),
-              "alone": alone, "spec": chosen}
+    for c in list(trained["channels"]) + (["bm25"] if use_bm25 else []):
+        alone[c] = mrr(dict(chosen, channels={k: float(k == c) for k in chosen["channels"]}, bm25=float(c == "bm25")))
+    report = {"objective": f"held-out MRR@{MRR_K} of the own ticket among {len(ranked)} views "
+                           f"({', '.join(f'{len(s.truth)} {name} queries' for name, s in slices.items())})",
+              "value": value, "best": best["best"], "stderr": best["stderr"], "before": mrr(trained),
+              "alone": alone, "by_slice": {name: s.mrr(chosen) for name, s in slices.items()}, "spec": chosen}
     net.set_weights([v for *_, v in chosen["pairs"]], chosen["channels"], chosen["bm25"])
     model.invalidate()
-    return report, observable
+    return report, list(np.any([np.asarray(s.observable, bool) for s in slices.values()], axis=0))
 
 
 def observable_pairs(config: SiameseConfig, mined: MinedPairs) -> list[bool]:
@@ -420,8 +480,9 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
                                                        view_scorer if use_lexical else None, observable, seed, progress)
         echo(f"held-out MRR@{MRR_K}: {selection['before']:.3f} with the configured weights, {selection['value']:.3f} "
              f"with the selected ones (the simplest within one standard error, {selection['stderr']:.3f}, of the best "
-             f"grid point, {selection['best']:.3f}); each channel alone: "
-             + ", ".join(f"{c} {v:.3f}" for c, v in selection["alone"].items()))
+             f"grid point, {selection['best']:.3f}; "
+             + ", ".join(f"{name} queries {v:.3f}" for name, v in selection["by_slice"].items())
+             + "); each channel alone: " + ", ".join(f"{c} {v:.3f}" for c, v in selection["alone"].items()))
     net.set_weights(_restored_pairs(net.metric_spec(), configured_pairs, observable), net.metric_spec()["channels"],
                     net.metric_spec()["bm25"])
     model.invalidate()
@@ -455,23 +516,6 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     if out_dir is not None:
         model.save(out_dir)
     return model
-
-
-def spec_reciprocal_ranks(dist: np.ndarray, lex: np.ndarray | None, own: np.ndarray, spec: dict,
-                          observable: Sequence[bool]) -> np.ndarray:
-    """Per-query 1/rank (within the top 10, else 0) of the weights `spec` on `rank_distances` output (unobservable
-    pairs left out)."""
-    pw = np.array([v for *_, v in spec["pairs"]]) * np.asarray(observable, bool)
-    cw = np.array(list(spec["channels"].values()), np.float32)
-    d = np.einsum("pcqn,p,c->qn", dist, pw, cw)
-    if lex is not None and spec["bm25"]:
-        d = d + spec["bm25"] * (1.0 - lex)
-    return reciprocal_ranks(d, own)
-
-
-def spec_mrr(dist: np.ndarray, lex: np.ndarray | None, own: np.ndarray, spec: dict, observable: Sequence[bool]) -> float:
-    """MRR@10 of the weights `spec` on `rank_distances` output (unobservable pairs left out)."""
-    return float(np.mean(spec_reciprocal_ranks(dist, lex, own, spec, observable)))
 
 
 def _restored_pairs(spec: dict, configured: Sequence[float], observable: Sequence[bool]) -> list[float]:
