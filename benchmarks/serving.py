@@ -5,6 +5,7 @@ precomputed path against the naive one (re-encoding the candidates).
 
     .venv/bin/python benchmarks/serving.py --kb real --sizes 100000            # the paper configuration (h, E, T)
     .venv/bin/python benchmarks/serving.py --kb real --sizes 100000 --config S # + the pretrained channel S
+    .venv/bin/python benchmarks/serving.py --kb real --sizes 10000 --channel DIR  # + an extra channel C or V
     .venv/bin/python benchmarks/serving.py --kb synthetic --sizes 10000 --no-celery --queries 30
 
 Knowledge bases: `--kb real` (default) recombines real SeaMonkey bug reports and SemEval-2016 forum threads by
@@ -12,8 +13,9 @@ sentence (`benchmarks/real_kb.py`, needs `../shared/data/`; tens of thousands of
 industrial-service generator (`recommender.data.synthetic`, a few hundred word types). Each size is imported into
 a store, indexed by `ticketrec index --full` in a subprocess (its time and peak RSS are the build's), then queried
 with queries made the same way from a separate random stream. The model has the paper's dimensions (h 50, E 350,
-T 100; `--config S` adds the pretrained sentence encoder, 384-d) and is trained briefly on 1,500 tickets of the same
-kind of knowledge base with random labels: its quality does not matter here, its shape and vocabulary do.
+T 100; `--config S` adds the pretrained sentence encoder, 384-d; `--channel DIR` the extra channel of a char-siamese
+(C) or var-siamese (V) model directory, weight 0.3) and is trained briefly on 1,500 tickets of the same kind of
+knowledge base with random labels: its quality does not matter here, its shape and vocabulary do.
 
 Every timing excludes warm-up: WARMUP untimed queries first (a server is long-running: the index is loaded and
 pinned at open, numba compiled, caches filled). Torch and BLAS run one thread per process; the build encodes in
@@ -101,18 +103,21 @@ def import_kb(store, kb: str, n: int, seed: int) -> float:
     return n / (time.perf_counter() - started)
 
 
-def train_bench_model(kb: str, config: str, out: Path, seed: int) -> Path:
-    """A model with the paper's dimensions (+ S for `config` "S"), trained briefly on 1,500 tickets of the same kind
-    of knowledge base (real: random labels; synthetic: the generator's). Its shape and vocabulary matter here."""
+def train_bench_model(kb: str, config: str, out: Path, seed: int, channel_dirs=()) -> Path:
+    """A model with the paper's dimensions (+ S for `config` "S", + the extra channel of each of `channel_dirs`),
+    trained briefly on 1,500 tickets of the same kind of knowledge base (real: random labels; synthetic: the
+    generator's). Its shape and vocabulary matter here."""
     import torch
 
     from recommender.data.records import LabeledPair
     from recommender.data.store import Dataset
     from recommender.data.synthetic import generate
+    from recommender.model.extra_channels import load_channel_encoder
     from recommender.model.siamese import SiameseConfig
     from recommender.model.training import train_model
 
     torch.set_num_threads(1)
+    encoders = dict(load_channel_encoder(d) for d in channel_dirs)
     if kb == "real":
         from real_kb import iter_real_queries, real_tickets
 
@@ -124,9 +129,9 @@ def train_bench_model(kb: str, config: str, out: Path, seed: int) -> Path:
         data = Dataset(tickets, queries, pairs, "bench-real")
     else:
         data = generate(n_tickets=1500, n_queries=150, seed=seed)
-    channels = {"h": 0.7, "E": 0.1, "T": 0.2, **({"S": 0.3} if config == "S" else {})}
+    channels = {"h": 0.7, "E": 0.1, "T": 0.2, **({"S": 0.3} if config == "S" else {}), **{c: 0.3 for c in encoders}}
     cfg = SiameseConfig.preset("ml_cl_hET", channels=channels, epochs=1, topic_epochs=2, w2v_epochs=2)
-    train_model(data, None, cfg, out, seed=seed, progress=False)
+    train_model(data, None, cfg, out, seed=seed, progress=False, channel_encoders=encoders)
     return out
 
 
@@ -513,6 +518,9 @@ def main() -> None:
     ap.add_argument("--profile-tickets", type=int, default=PROFILE_TICKETS,
                     help="tickets of the one-process encoding profile (0: skip it)")
     ap.add_argument("--model", default=None, help="use this model directory instead of training one")
+    ap.add_argument("--channel", action="append", default=[], metavar="DIR",
+                    help="add the extra channel of this char-siamese or var-siamese model directory to the trained "
+                         "model (weight 0.3; repeat for both)")
     ap.add_argument("--no-touch", action="store_true",
                     help="load the index at open with MADV_POPULATE_READ alone, without reading every page (the "
                          "serving processes of this run; for comparison with the default)")
@@ -608,8 +616,10 @@ def main() -> None:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ticketrec-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"workdir {workdir}; numba {'on' if HAVE_NUMBA else 'OFF (numpy fallback)'}", file=sys.stderr)
-    model_dir = Path(args.model) if args.model else train_bench_model(args.kb, args.config, workdir / "model", args.seed)
+    model_dir = (Path(args.model) if args.model
+                 else train_bench_model(args.kb, args.config, workdir / "model", args.seed, args.channel))
     model = TicketModel.load(model_dir)
+    args.extra_channels = sorted(model.channel_encoders)
     queries = kb_queries(args.kb, max(args.queries, args.naive_queries, 2), args.seed)[: args.queries]
     profile = (encoding_profile(model, args.kb, args.seed, args.profile_tickets) if args.profile_tickets else None)
     if profile:
@@ -692,6 +702,8 @@ def print_table(rows, profile, args) -> None:
     kb = ("real-vocabulary (benchmarks/real_kb.py: SeaMonkey + SemEval-2016 sentences recombined)" if args.kb == "real"
           else "synthetic (recommender.data.synthetic)")
     config = "paper configuration (h, E, T)" if args.config == "paper" else "h, E, T + pretrained S"
+    if args.extra_channels:
+        config += " + extra channel(s) " + ", ".join(args.extra_channels) + " (weight 0.3)"
     print()
     print(f"ticketrec serving benchmark — knowledge base: {kb}; model: {config}; index dtype {args.dtype}, "
           f"TICKETREC_INDEX_PIN={args.pin}{', pages not read at open (--no-touch)' if args.no_touch else ''}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "

@@ -238,13 +238,17 @@ def prefilter_index(quiet: bool) -> None:
 @click.option("--mined/--no-mined", default=None,
               help="learn from pairs mined from the store's tickets (default; --train pairs are added to them), or "
                    "from the labelled --train pairs only (--no-mined; implied by --dev)")
+@click.option("--channel", "channel_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="an extra channel of the metric: the directory of a model trained with --arch char-siamese "
+                   "(channel C) or --arch var-siamese (channel V); repeat for both. The weight selection decides "
+                   "whether it serves")
 @click.option("--arch", type=click.Choice(["replicated", "var-siamese", "char-siamese"]), default="replicated",
               show_default=True,
               help="the network: the Replicated Siamese LSTM, the variational Siamese network (Deudon 2018; "
                    "--config takes its VarSiameseConfig fields) or the character-level Siamese BLSTM (Neculoiu et "
                    "al. 2016; --config takes its CharSiameseConfig fields)")
 def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, seed, epochs, weights, pretrained,
-          encoder_dir, encoder_backend, with_feedback, base_dir, mined, arch="replicated"):
+          encoder_dir, encoder_backend, with_feedback, base_dir, mined, channel_dirs=(), arch="replicated"):
     """Train the Replicated Siamese LSTM and write the model directory.
 
     Without --train it learns from the tickets in the store alone (label-free: pairs mined from the tickets).
@@ -257,6 +261,9 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     from .model.training import train_model
 
     started = time.time()
+    if channel_dirs and (arch != "replicated" or with_feedback):
+        raise InputError("--channel adds a channel to the Replicated Siamese model being trained: drop it with "
+                         "--arch char-siamese / var-siamese and --with-feedback (the base model keeps its channels)")
     if arch == "var-siamese":
         if preset or weights or pretrained is not None or encoder_dir or encoder_backend or with_feedback or base_dir:
             raise InputError("--preset, --weights, --pretrained, --encoder, --encoder-backend, --with-feedback and "
@@ -312,6 +319,12 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
         else:
             channels.pop("S", None)
         changes["channels"] = channels
+    encoders = _channel_encoders(channel_dirs)
+    if encoders:
+        channels = dict(changes.get("channels", config.channels))
+        for channel in encoders:
+            channels.setdefault(channel, EXTRA_CHANNEL_WEIGHT)
+        changes["channels"] = channels
     if changes:
         config = config.replace(**changes)
     if "S" in config.active_channels:
@@ -321,7 +334,7 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
         click.get_current_context().call_on_close(select)  # the choice is this command's, not the process's
         get_encoder()  # a bad --encoder fails now, and an ONNX export is built (once) before training starts
     if mined:
-        _train_label_free(train_files, out_dir, config, mining_overrides, seed, word_vectors, started)
+        _train_label_free(train_files, out_dir, config, mining_overrides, seed, word_vectors, started, encoders)
         return
     train_data = load_many(list(train_files))
     if train_data.pairs and len({p.score for p in train_data.pairs}) == 1:
@@ -329,7 +342,8 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
                          "only) cannot teach a ranking; add pairs of other labels, or drop --no-mined to add mined "
                          "negatives")
     dev_data = load_many([dev_file]) if dev_file else None
-    model = train_model(train_data, dev_data, config, out_dir, seed=seed, word_vectors=word_vectors, progress=True)
+    model = train_model(train_data, dev_data, config, out_dir, seed=seed, word_vectors=word_vectors, progress=True,
+                        channel_encoders=encoders)
     report = model.meta["training"]
     dev = report.get("dev", {})
     echo_json({"model": str(out_dir), "version": model.version, "metric": model.metric_spec(),
@@ -349,7 +363,27 @@ def _pretrained_available() -> bool:
     return available
 
 
-def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vectors, started: float) -> None:
+#: The starting weight of an extra channel given with --channel (the weight selection then chooses its own).
+EXTRA_CHANNEL_WEIGHT = 0.3
+
+
+def _channel_encoders(channel_dirs) -> dict:
+    """channel → encoder of each --channel directory (ModelError naming a wrong one; InputError for two of a kind)."""
+    from .errors import InputError
+    from .model.extra_channels import load_channel_encoder
+
+    encoders = {}
+    for directory in channel_dirs:
+        channel, encoder = load_channel_encoder(directory)
+        if channel in encoders:
+            raise InputError(f"two --channel directories give the channel {channel}; give one of each kind")
+        encoders[channel] = encoder
+        click.echo(f"extra channel {channel}: {directory} (version {encoder.version})", err=True)
+    return encoders
+
+
+def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vectors, started: float,
+                      channel_encoders=None) -> None:
     """`train` without --no-mined: pairs mined from the store's tickets (+ --train files, the store's labelled
     pairs and the engineers' feedback, added to them)."""
     import time
@@ -381,7 +415,7 @@ def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vect
     click.echo(f"label-free training on {len(tickets)} tickets ...", err=True)
     model = train_without_labels(tickets, config, out_dir, seed=seed, labelled=extra, mining=mining,
                                  word_vectors=word_vectors, progress=True,
-                                 echo=lambda line: click.echo(line, err=True))
+                                 echo=lambda line: click.echo(line, err=True), channel_encoders=channel_encoders)
     report = model.meta["training"]
     selection = report.get("weight_selection") or {}
     echo_json({"model": str(out_dir), "version": model.version, "metric": model.metric_spec(), "mode": "label-free",

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from recommender.data.records import MAX_ID_CHARS
+from recommender.model.siamese import CHANNELS
 
 from .forms import LABELS, MAX_SUBJECT
 
@@ -143,7 +144,7 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                     "type": "object", "additionalProperties": False,
                     "description": "Each weighted channel's share of the score (sum 1, or all 0).",
                     "properties": {channel: {"type": "number", "minimum": 0, "maximum": 1}
-                                   for channel in ("h", "E", "T", "S", "bm25")},
+                                   for channel in (*CHANNELS, "bm25")},
                 },
                 "ticket": {"$ref": "#/components/schemas/TicketText"},
             },

@@ -52,6 +52,8 @@ CHANNEL_LABELS = {
     "T": ("topics", "DocNADE topic mix"),
     "h": ("LSTM", "LSTM trained on this knowledge base's pairs"),
     "E": ("word embeddings", "IDF-weighted mean of the word vectors"),
+    "C": ("spelling", "character-level Siamese BLSTM (robust to typos and word order)"),
+    "V": ("intent", "variational Siamese encoder (Gaussian intents)"),
 }
 
 #: The one-sentence definition of a share (the "why" line's tooltip; docs/internals.md says the same).

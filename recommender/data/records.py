@@ -137,7 +137,8 @@ class Recommendation:
     shared_terms: list[str] = field(default_factory=list)
     topics: list[dict[str, Any]] = field(default_factory=list)  # [{"id": int, "weight": float, "words": [...]}]
     bm25: float | None = None
-    #: Why it was chosen: channel ("bm25" words in common, "S" meaning, "T" topics, "h" LSTM, "E" word embeddings)
+    #: Why it was chosen: channel ("bm25" words in common, "S" meaning, "T" topics, "h" LSTM, "E" word embeddings,
+    #: "C" spelling, "V" intent)
     #: → its share of what sets this ticket apart from the query's typical candidate (shares sum to 1, or are
     #: all 0); channels the served model gives weight 0 are absent (`serving.scoring.channel_shares`).
     channel_shares: dict[str, float] = field(default_factory=dict)

@@ -11,6 +11,9 @@
       docnade/          DocNADE's own config.json + weights (only with the T channel)
       sentence_encoder/ the S channel's own encoder (a `--encoder DIR` copy, or the one label-free training adapted;
                         absent for the packaged all-MiniLM-L6-v2); config.json's `s_channel` says how S is computed
+      channels/C, channels/V  the encoders of the extra channels (`extra_channels.py`), each a char-siamese or
+                        var-siamese model directory with its own checksums; config.json's `channel_encoders` names
+                        their versions
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from tqdm import tqdm
 
 from .calibration import Calibrator
 from .embeddings import CharVocabulary
+from .extra_channels import CHANNEL_ARCH, CHANNELS_DIR, ChannelEncoder, channel_record, load_channel_encoders
 from ..errors import ModelError
 from ..files import atomic_directory
 from ..data.records import Query, Ticket
@@ -105,10 +109,12 @@ class TicketModel:
 
     def __init__(self, config: SiameseConfig, vocab: Vocabulary, chars: CharVocabulary, splitter: SentenceSplitter,
                  net: ReplicatedSiameseLSTM, calibrator: Calibrator | None = None, topic_model=None,
-                 topic_vocab: Vocabulary | None = None, meta: dict | None = None, *, s_channel: dict | None = None):
+                 topic_vocab: Vocabulary | None = None, meta: dict | None = None, *, s_channel: dict | None = None,
+                 channel_encoders: dict[str, ChannelEncoder] | None = None):
         """`meta["s_channel"]` records the S channel's encoder (`pretrained.channel_record`); a new model with S
         and no record takes the selected encoder (`pretrained.selected`); `s_channel` is what a loaded model without
-        a record used (`pretrained.LEGACY_CHANNEL`), kept out of its config so its version stays."""
+        a record used (`pretrained.LEGACY_CHANNEL`), kept out of its config so its version stays.
+        `channel_encoders` computes the extra channels C and V (`extra_channels.py`), recorded in meta."""
         self.siamese_config = config
         self.vocab, self.chars, self.splitter = vocab, chars, splitter
         self.net = net
@@ -127,6 +133,15 @@ class TicketModel:
             self._record_selected_encoder()
         #: how this model's S vectors are computed: encoder, dimension, backend, checksum, word pieces per component
         self.s_channel: dict | None = self.meta.get("s_channel") or s_channel
+        #: the encoders of the extra channels C and V (channel → encoder)
+        self.channel_encoders: dict[str, ChannelEncoder] = dict(channel_encoders or {})
+        missing = [c for c in CHANNEL_ARCH if c in config.active_channels and c not in self.channel_encoders]
+        if missing:
+            raise ModelError(f"the channel(s) {', '.join(missing)} need their encoder: give the directory of a model "
+                             f"trained with --arch {' / --arch '.join(CHANNEL_ARCH[c] for c in missing)} with "
+                             "ticketrec train --channel DIR")
+        if self.channel_encoders:
+            self.meta["channel_encoders"] = channel_record(self.channel_encoders)
 
     def _record_selected_encoder(self) -> None:
         """Record the encoder new models use (`ticketrec train --encoder DIR`, TICKETREC_ENCODER, else the packaged
@@ -185,15 +200,37 @@ class TicketModel:
                                        else np.zeros((0, self.siamese_config.topics), dtype=np.float32))
         if "S" in channels:
             extras.update(self._sentence_vectors(items, comps, side, used_only, progress))
+        for channel in CHANNEL_ARCH:
+            if channel in channels:
+                extras.update(self._extra_channel_vectors(channel, items, comps, side, used_only))
         return Prepared(tokens, extras)
 
     def s_components(self, side: str) -> list[str]:
         """The components of `side` ("query" or "ticket") whose S vectors the metric weighs above zero."""
+        return self.used_components(side, "S")
+
+    def used_components(self, side: str, channel: str) -> list[str]:
+        """The components of `side` ("query" or "ticket") whose `channel` vectors the metric weighs above zero."""
         spec = self.metric_spec()
-        if float(spec["channels"].get("S", 0.0)) <= 0.0:
+        if float(spec["channels"].get(channel, 0.0)) <= 0.0:
             return []
         at = 0 if side == "query" else 1
         return sorted({p[at] for p in spec["pairs"] if float(p[2]) > 0.0})
+
+    def _extra_channel_vectors(self, channel: str, items, comps: Sequence[str], side: str,
+                               used_only: bool) -> dict[str, np.ndarray]:
+        """"COMP.C" / "COMP.V" of every component: the component's text through the channel's encoder (each
+        component its own call); with `used_only`, zero vectors for the components no weighed pair uses."""
+        encoder = self.channel_encoders[channel]
+        wanted = set(self.used_components(side, channel) if used_only else comps)
+        out = {}
+        for comp in comps:
+            if comp in wanted and items:
+                out[f"{comp}.{channel}"] = np.asarray(encoder.channel_vectors(
+                    [self._component_text(x, comp, side) for x in items]), dtype=np.float32)
+            else:
+                out[f"{comp}.{channel}"] = np.zeros((len(items), encoder.dim), dtype=np.float32)
+        return out
 
     def _sentence_vectors(self, items, comps: Sequence[str], side: str, used_only: bool,
                           progress: bool) -> dict[str, np.ndarray]:
@@ -358,6 +395,8 @@ class TicketModel:
                 from .adaptation import save_into
 
                 save_into(self.sentence_encoder_dir, tmp)
+            for channel, encoder in self.channel_encoders.items():
+                encoder.save(tmp / CHANNELS_DIR / channel)
 
     @classmethod
     def load(cls, path: str | Path) -> "TicketModel":
@@ -408,7 +447,9 @@ class TicketModel:
             from .pretrained import LEGACY_CHANNEL
 
             legacy = dict(LEGACY_CHANNEL)
-        model = cls(sconfig, vocab, chars, splitter, net, calibrator, topic_model, topic_vocab, meta, s_channel=legacy)
+        encoders = load_channel_encoders(path, meta.get("channel_encoders") or {})
+        model = cls(sconfig, vocab, chars, splitter, net, calibrator, topic_model, topic_vocab, meta, s_channel=legacy,
+                    channel_encoders=encoders)
         if meta.get("sentence_encoder"):  # an own S encoder lives in the model directory (verified on first use)
             model.sentence_encoder_dir = path / "sentence_encoder"
         if model.metric_spec() != metric:

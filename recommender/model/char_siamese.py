@@ -228,6 +228,11 @@ class CharSiamese:
         self.meta = dict(meta or {})
         self._version: str | None = None
 
+    @property
+    def dim(self) -> int:
+        """Width of an encoded row (the projection's output)."""
+        return self.config.output_dim
+
     # -- texts ---------------------------------------------------------------------------------------------------
     def text_of(self, item: Query | Ticket) -> str:
         """The text this network reads of a query or ticket (its configured component)."""
@@ -592,7 +597,7 @@ class _LabelledPairs:
     not labelled similar to it fill up)."""
 
     def __init__(self, data: Dataset, kb: Sequence[Ticket], cfg: CharSiameseConfig):
-        from .training import PairSet
+        from .pairs import PairSet
 
         pairs = PairSet.from_dataset(data, "labelled")
         self.cfg = cfg
@@ -723,6 +728,6 @@ def grid_model(train: Dataset, dev: Dataset | None, overrides: dict, seed: int, 
 
 
 def _fingerprint(data: Dataset) -> str:
-    from .training import dataset_fingerprint
+    from .pairs import dataset_fingerprint
 
     return dataset_fingerprint(data)

@@ -32,7 +32,11 @@ from .vocab import EOS, Vocabulary
 QUERY_COMPONENTS = ("SUB", "DESC")
 TICKET_COMPONENTS = ("SUB", "DESC", "SOL")
 MERGED = "ALL"  # the one component of merged mode (standard Siamese LSTM on merged text)
-CHANNELS = ("h", "E", "T", "S")
+#: h the LSTM, E SumEMB, T DocNADE topics, S a sentence encoder; C and V the other Siamese networks' encoders
+#: (`extra_channels.py`: character-level BLSTM, variational), given to training with `ticketrec train --channel DIR`.
+CHANNELS = ("h", "E", "T", "S", "C", "V")
+#: Channels whose vectors are computed outside the network and handed to it in a batch's extras.
+PRECOMPUTED_CHANNELS = ("T", "S", "C", "V")
 LSTM_KINDS = ("SUB", "DESC", "SOL", MERGED)
 
 #: Table 2 of the paper: the chosen pair weights V and channel weights W.
@@ -47,7 +51,7 @@ TABLE2_GRID = {
 #: (findings.md: h learnt from a few hundred pairs can be noise; S and BM25 are not in the paper).
 WIDE_GRID = {
     "h": [0.0, 0.1, 0.3, 0.7], "E": [0.1, 0.3, 1.0], "T": [0.0, 0.1, 0.3], "S": [0.0, 0.3, 1.0, 3.0],
-    "bm25": [0.0, 0.3, 1.0],
+    "C": [0.0, 0.3, 1.0], "V": [0.0, 0.3, 1.0], "bm25": [0.0, 0.3, 1.0],
     "SUB|SUB": [0.3, 0.4], "DESC|DESC": [0.3, 0.4], "SUB|DESC": [0.1, 0.15, 0.2], "SUB|SOL": [0.1], "DESC|SOL": [0.1],
 }
 _LOG_ZERO = math.log(1e-7)  # log-weights below this are the weight 0
@@ -109,7 +113,7 @@ class SiameseConfig:
 
     @property
     def active_channels(self) -> list[str]:
-        """Channels with a positive weight, in the fixed order h, E, T, S."""
+        """Channels with a positive weight, in the fixed order of `CHANNELS`."""
         return [c for c in CHANNELS if float(self.channels.get(c, 0.0)) > 0.0]
 
     @property
@@ -130,7 +134,7 @@ class SiameseConfig:
             if c not in CHANNELS:
                 raise InputError(f"unknown channel {c!r} in the config; use {', '.join(CHANNELS)}")
         if not self.active_channels and self.bm25 <= 0:
-            raise InputError("the config gives every channel weight 0; give h, E, T or S a positive weight")
+            raise InputError("the config gives every channel weight 0; give h, E, T, S (or C, V) a positive weight")
         if self.e_norm not in E_NORMS:
             raise InputError(f"unknown e_norm {self.e_norm!r}; use one of {', '.join(E_NORMS)}")
         if self.weights not in ("fixed", "grid", "learn"):
@@ -376,7 +380,8 @@ class ReplicatedSiameseLSTM(nn.Module):
 
     # -- encoder ----------------------------------------------------------------------
     def encode(self, batch: SideBatch) -> dict[str, torch.Tensor]:
-        """The channel vectors of every component: {"COMP.h": [B, hidden], "COMP.E": [B, 350], "COMP.T"/"COMP.S": given}.
+        """The channel vectors of every component: {"COMP.h": [B, hidden], "COMP.E": [B, 350], "COMP.T", "COMP.S", "COMP.C",
+        "COMP.V": given}.
 
         Training (or anything that needs gradients) runs the packed `nn.LSTM`; inference (eval mode, no grad)
         runs `lstm_last_state`, the same function computed faster (each distinct word's projection once).
@@ -394,7 +399,7 @@ class ReplicatedSiameseLSTM(nn.Module):
                     out[f"{comp}.h"] = lstm_last_state(self.lstms[comp], vectors, cb.index, cb.lengths)
             if "E" in self.channel_names:
                 out[f"{comp}.E"] = sum_emb(vectors, cb.index, cb.mask, batch.words.idf, self.config.e_norm)
-            for ch in ("T", "S"):
+            for ch in PRECOMPUTED_CHANNELS:
                 if ch in self.channel_names:
                     key = f"{comp}.{ch}"
                     if key not in batch.extras:

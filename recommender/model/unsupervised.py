@@ -49,7 +49,7 @@ from .vocab import EOS, UNK_ID
 #: serve is then the knowledge base's decision. (SUB–SUB, which mined pairs cannot show, takes DESC–DESC's weight.)
 LABEL_FREE_GRID = {
     "h": [0.0, 0.1, 0.3, 0.7], "E": [0.0, 0.1, 0.3, 1.0], "T": [0.0, 0.1, 0.3], "S": [0.0, 0.3, 1.0, 3.0],
-    "bm25": [0.0, 0.1, 0.3, 1.0, 3.0],
+    "C": [0.0, 0.3, 1.0], "V": [0.0, 0.3, 1.0], "bm25": [0.0, 0.1, 0.3, 1.0, 3.0],
     "SUB|SUB": [0.0, 0.1, 0.3], "DESC|DESC": [0.0, 0.3, 0.4], "SUB|DESC": [0.0, 0.1, 0.2, 0.4], "SUB|SOL": [0.1, 0.2],
     "DESC|SOL": [0.1, 0.2], "ALL|ALL": [0.0, 0.3, 1.0],
 }
@@ -391,10 +391,12 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
 def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None = None,
                          out_dir: str | Path | None = None, *, seed: int = 0, labelled: Dataset | None = None,
                          mining: MiningConfig | dict | None = None, word_vectors: str | Path | None = None,
-                         progress: bool = True, echo: Callable[[str], None] | None = None) -> TicketModel:
+                         progress: bool = True, echo: Callable[[str], None] | None = None,
+                         channel_encoders: dict | None = None) -> TicketModel:
     """Train a calibrated TicketModel on the knowledge base `tickets` alone (plus `labelled` pairs, e.g. engineers'
     feedback, when given: added to the mined pairs `labelled_weight` times and to the calibration pairs); save it
-    to `out_dir` when given. Deterministic for a seed. Raises InputError when the tickets cannot be mined."""
+    to `out_dir` when given. `channel_encoders` computes the extra channels C / V the config weighs
+    (`extra_channels.py`). Deterministic for a seed. Raises InputError when the tickets cannot be mined."""
     started = time.time()
     echo = echo or (lambda line: tqdm.write(line) if progress else None)
     config = config or label_free_config()
@@ -417,7 +419,8 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     net = ReplicatedSiameseLSTM(config, vectors, len(chars))
     meta = {"data_fingerprint": dataset_fingerprint(Dataset(tickets), labelled), "seed": seed,
             "word_vectors": w2v_source, "packages": _package_versions(), "kb_text": "the knowledge base's tickets"}
-    model = TicketModel(config, vocab, chars, splitter, net, None, topic_model, topic_vocab, meta)
+    model = TicketModel(config, vocab, chars, splitter, net, None, topic_model, topic_vocab, meta,
+                        channel_encoders=channel_encoders)
     oov = oov_rate(model, tickets)
     echo(f"out-of-vocabulary: {100 * oov['rate']:.1f} % of {oov['tokens']:,} word occurrences have no word vector "
          f"(seen < {config.min_count} times{' or not in ' + str(word_vectors) if word_vectors else ''}); "

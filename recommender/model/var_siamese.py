@@ -472,7 +472,7 @@ class VarSiamese:
                 return self._labelled_pairs(labelled, "labelled"), None
             if dev is not None and dev.pairs:
                 return self._labelled_pairs(labelled, "labelled"), self._labelled_pairs(dev, "dev")
-            from .training import split_queries
+            from .pairs import split_queries
 
             if len({p.query_id for p in labelled.pairs}) < 5:  # too few queries to hold some out: the last epoch
                 return self._labelled_pairs(labelled, "labelled"), None
@@ -495,7 +495,7 @@ class VarSiamese:
         return train, held
 
     def _labelled_pairs(self, data, name: str) -> _Pairs:
-        from .training import PairSet
+        from .pairs import PairSet
 
         pairs = PairSet.from_dataset(data, name)
         return _Pairs([self._ids(self.text_of(q)) for q in pairs.queries],
