@@ -61,8 +61,9 @@ def test_the_model_carries_both_encoders_verified(with_channels):
     _, model_dir, _, char_dir, var_dir = with_channels
     model = TicketModel.load(model_dir)
     assert model.metric_spec()["channels"].keys() >= {"C", "V"}
-    assert model.meta["channel_encoders"] == {"C": {"arch": "char-siamese", "version": CharSiamese.load(char_dir).version},
-                                              "V": {"arch": "var-siamese", "version": VarSiamese.load(var_dir).version}}
+    assert model.meta["channel_encoders"] == {
+        "C": {"arch": "char-siamese", "version": CharSiamese.load(char_dir).version},
+        "V": {"arch": "var-siamese", "version": VarSiamese.load(var_dir).version}}
     vecs = model.encode_tickets([Ticket("x", "pump trips on start", "the pump trips", "")])
     assert vecs["SUB.C"].shape == (1, 8) and vecs["SUB.V"].shape == (1, 8)
     assert np.abs(vecs["SUB.C"]).sum() > 0 and np.abs(vecs["SUB.V"]).sum() > 0

@@ -105,7 +105,8 @@ def test_paraphrase_queries_reword_a_held_out_subject_and_find_its_full_view(kb)
     mined = mine_pairs(kb, MiningConfig(held_out=0.2), seed=0, augmenter=aug)
     by_id = {t.id: t for t in kb}
     held = {q.id: q for q in mined.held_out_queries}
-    assert 0 < len(mined.paraphrase_queries) <= len(held) and mined.stats["paraphrase_queries"] == len(mined.paraphrase_queries)
+    assert 0 < len(mined.paraphrase_queries) <= len(held)
+    assert mined.stats["paraphrase_queries"] == len(mined.paraphrase_queries)
     for query, row in zip(mined.paraphrase_queries, mined.paraphrase_truth):
         original = held[query.id.removesuffix(":paraphrase")]
         assert query.subject.lower() != original.subject.lower() and query.description == original.description

@@ -18,7 +18,7 @@ from ..data.store import Dataset, Store, query_key
 from .calibration import Calibrator
 from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fit, lexical_features, mean_distance,
                        pair_scores, query_text, split_queries)
-from .unsupervised import CALIBRATION_NEGATIVES, MAX_RANKED_VIEWS, RankedSlice, rank_distances, select_by_rank
+from .unsupervised import CALIBRATION_NEGATIVES, RankedSlice, rank_distances, ranked_rows, select_by_rank
 from ..lexical.bm25 import Bm25Scorer
 
 #: The fewest relevant judgements (YES/REL pairs) that may re-select the channel and pair weights.
@@ -178,11 +178,7 @@ def reselect_weights(model: TicketModel, train: Dataset, knowledge_base: Sequenc
     if len(relevant) < MIN_SELECTION_JUDGEMENTS:
         return None
     rng = np.random.default_rng(seed + 4)
-    judged = np.unique([r for _, r in relevant])
-    ranked = np.arange(len(kb))
-    if len(ranked) > MAX_RANKED_VIEWS:
-        rest = np.setdiff1d(ranked, judged)
-        ranked = np.union1d(judged, rng.choice(rest, MAX_RANKED_VIEWS - len(judged), replace=False))
+    ranked = ranked_rows(len(kb), np.unique([r for _, r in relevant]), rng)
     truth = np.searchsorted(ranked, [r for _, r in relevant])
     query_list = [q for q, _ in relevant]
     dist = rank_distances(model, model.prepare(query_list, "query", progress),

@@ -78,10 +78,10 @@ class MiningConfig:
             raise InputError(f"hard_share must be within [0, 1], not {self.hard_share}")
         if not 0.0 < self.held_out < 0.5:
             raise InputError(f"held_out must be within (0, 0.5), not {self.held_out}")
-        if self.prefix_words < 0 or self.held_out_prefix_words < 0 or self.augmented < 0 or self.labelled_weight < 1 or self.hard_pool < 1 \
-                or self.adapt_pairs < 2 or self.adapt_epochs < 1:
-            raise InputError("prefix_words, held_out_prefix_words and augmented must be ≥ 0, labelled_weight, hard_pool and adapt_epochs ≥ 1, "
-                             "adapt_pairs ≥ 2")
+        if (self.prefix_words < 0 or self.held_out_prefix_words < 0 or self.augmented < 0 or self.labelled_weight < 1
+                or self.hard_pool < 1 or self.adapt_pairs < 2 or self.adapt_epochs < 1):
+            raise InputError("prefix_words, held_out_prefix_words and augmented must be ≥ 0, labelled_weight, hard_pool "
+                             "and adapt_epochs ≥ 1, adapt_pairs ≥ 2")
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "MiningConfig":

@@ -26,6 +26,7 @@ from .embeddings import E_NORMS, CharVocabulary, WordBatch, WordEmbedder, sum_em
 from ..errors import InputError
 from ..data.records import Query, Ticket
 from ..lexical.analyzer import tokenize, tokenize_clean
+from .extra_channels import CHANNEL_ARCH
 from .sentences import SentenceSplitter
 from .vocab import EOS, Vocabulary
 
@@ -34,9 +35,9 @@ TICKET_COMPONENTS = ("SUB", "DESC", "SOL")
 MERGED = "ALL"  # the one component of merged mode (standard Siamese LSTM on merged text)
 #: h the LSTM, E SumEMB, T DocNADE topics, S a sentence encoder; C and V the other Siamese networks' encoders
 #: (`extra_channels.py`: character-level BLSTM, variational), given to training with `ticketrec train --channel DIR`.
-CHANNELS = ("h", "E", "T", "S", "C", "V")
+CHANNELS = ("h", "E", "T", "S", *CHANNEL_ARCH)
 #: Channels whose vectors are computed outside the network and handed to it in a batch's extras.
-PRECOMPUTED_CHANNELS = ("T", "S", "C", "V")
+PRECOMPUTED_CHANNELS = ("T", "S", *CHANNEL_ARCH)
 LSTM_KINDS = ("SUB", "DESC", "SOL", MERGED)
 
 #: Table 2 of the paper: the chosen pair weights V and channel weights W.
@@ -380,8 +381,8 @@ class ReplicatedSiameseLSTM(nn.Module):
 
     # -- encoder ----------------------------------------------------------------------
     def encode(self, batch: SideBatch) -> dict[str, torch.Tensor]:
-        """The channel vectors of every component: {"COMP.h": [B, hidden], "COMP.E": [B, 350], "COMP.T", "COMP.S", "COMP.C",
-        "COMP.V": given}.
+        """The channel vectors of every component: {"COMP.h": [B, hidden], "COMP.E": [B, 350], "COMP.T", "COMP.S",
+        "COMP.C", "COMP.V": given}.
 
         Training (or anything that needs gradients) runs the packed `nn.LSTM`; inference (eval mode, no grad)
         runs `lstm_last_state`, the same function computed faster (each distinct word's projection once).

@@ -45,8 +45,8 @@ from .vocab import EOS, UNK_ID
 
 #: The weight grid of label-free selection. The held-out slice holds hundreds of queries ranked against the
 #: whole knowledge base (a labelled dev set has tens), so the grid can afford 0 for every channel, for the levels
-#: the mined pairs show (DESC–DESC, SUB–DESC, the merged texts) and a wider BM25 range; which channels and levels
-#: serve is then the knowledge base's decision. (SUB–SUB, which mined pairs cannot show, takes DESC–DESC's weight.)
+#: the held-out queries show (SUB–SUB through the paraphrase queries, DESC–DESC, SUB–DESC, the merged texts) and a
+#: wider BM25 range; which channels and levels serve is then the knowledge base's decision.
 LABEL_FREE_GRID = {
     "h": [0.0, 0.1, 0.3, 0.7], "E": [0.0, 0.1, 0.3, 1.0], "T": [0.0, 0.1, 0.3], "S": [0.0, 0.3, 1.0, 3.0],
     "C": [0.0, 0.3, 1.0], "V": [0.0, 0.3, 1.0], "bm25": [0.0, 0.1, 0.3, 1.0, 3.0],
@@ -204,7 +204,8 @@ def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
     channel_combos = [c for c in itertools.product(*channel_axes)]
     for pw in tqdm(pair_combos, desc="selecting weights", disable=not progress, leave=False):
         # unobservable pairs are constant per query: leave them out of each slice's ranking
-        per_channel = [np.einsum("pcqn,p->cqn", s.dist, np.asarray(pw) * np.asarray(s.observable, bool)) for s in slices]
+        per_channel = [np.einsum("pcqn,p->cqn", s.dist, np.asarray(pw) * np.asarray(s.observable, bool))
+                       for s in slices]
         for cw in channel_combos:
             cw_arr = np.asarray(cw, np.float32)
             d_channels = [np.einsum("cqn,c->qn", pc, cw_arr) for pc in per_channel]
@@ -224,11 +225,11 @@ def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
             float(best_value), {"best": results[top][0], "stderr": stderr})
 
 
-def _ranked_rows(n_views: int, truth: np.ndarray, seed: int) -> np.ndarray:
-    """The view rows a held-out ranking scores: all, or `MAX_RANKED_VIEWS` of them with every row in `truth`."""
+def ranked_rows(n_views: int, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The view rows a held-out ranking scores, sorted: all, or `MAX_RANKED_VIEWS` of them, every row in `truth`
+    and a sample (`rng`) of the others."""
     ranked = np.arange(n_views)
     if len(ranked) > MAX_RANKED_VIEWS:
-        rng = np.random.default_rng(seed + 2)
         rest = np.setdiff1d(ranked, truth)
         ranked = np.union1d(truth, rng.choice(rest, MAX_RANKED_VIEWS - len(np.unique(truth)), replace=False))
     return ranked
@@ -254,7 +255,7 @@ def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPair
     (a pair whose distance is the same for every view of a query, e.g. no ticket has a SOLUTION, cannot change a
     ranking and is not; the ticket's SUBJECT is observable through the paraphrase queries only)."""
     net = model.net
-    ranked = _ranked_rows(len(mined.views), mined.held_out_truth, seed)
+    ranked = ranked_rows(len(mined.views), mined.held_out_truth, np.random.default_rng(seed + 2))
     slices = {"held-out": _ranked_slice(model, held.queries, [query_text(q) for q in held.pairs.queries],
                                         Prepared(*views.rows(ranked)), ranked, mined.held_out_truth, view_scorer,
                                         observable)}
@@ -366,10 +367,7 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
     directory, files = adapt(anchors, positives, seed=seed, epochs=mining.adapt_epochs, progress=progress)
 
     truth = mined.held_out_truth
-    ranked = np.arange(len(mined.views))
-    if len(ranked) > MAX_RANKED_VIEWS:
-        rest = np.setdiff1d(ranked, truth)
-        ranked = np.union1d(truth, rng.choice(rest, MAX_RANKED_VIEWS - len(np.unique(truth)), replace=False))
+    ranked = ranked_rows(len(mined.views), truth, rng)
     own = np.searchsorted(ranked, truth)
     texts = [_view_text(mined.views[int(r)]) for r in ranked]
     queries = [query_text(q) for q in mined.held_out_queries]
