@@ -104,7 +104,8 @@ SETTINGS: tuple[Setting, ...] = (
             "the SQLite database (tickets, queries, pairs, feedback, FTS5)", Path),
     Setting("TICKETREC_MODEL", "model", "$TICKETREC_HOME/models/current", "the model directory the engine serves", Path),
     Setting("TICKETREC_PREFILTER", "prefilter", "index",
-            "BM25 pre-filter backend: index (the postings in each index version), fts5 (SQLite) or elasticsearch",
+            "candidate pre-filter: index (BM25 on the postings in each index version), topics (nearest DocNADE topic "
+            "vectors, BM25 from the same postings), fts5 (SQLite BM25) or elasticsearch",
             _lower),
     Setting("TICKETREC_ES_URL", "es_url", "", "Elasticsearch URL; empty means not used"),
     Setting("TICKETREC_ES_INDEX", "es_index", "ticketrec-tickets", "Elasticsearch index name"),

@@ -239,4 +239,5 @@ def _zero_query(settings) -> dict:
 
     index = open_current(settings)
     spec = index.metric_spec
-    return {f"{a}.{c}": [0.0] * index.vectors.dims[f"{b}.{c}"] for a, b, _ in spec["pairs"] for c in spec["channels"]}
+    return {f"{a}.{c}": [0.0] * index.vectors.dims[f"{b}.{c}"] for a, b, v in spec["pairs"]
+            for c, w in spec["channels"].items() if v > 0 and w > 0}

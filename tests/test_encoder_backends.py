@@ -191,7 +191,8 @@ def test_serving_encodes_only_the_components_a_nonzero_weight_uses(own_encoder_r
     model.invalidate()
     assert "SOL" not in model.s_components("ticket") and "SUB" in model.s_components("ticket")
     served, everything = model.encode_tickets(dev.tickets[:4]), model.encode_prepared(model.prepare(dev.tickets[:4], "ticket"))
-    assert not served["SOL.S"].any() and everything["SOL.S"].any()
+    assert "SOL.S" not in served and everything["SOL.S"].any()  # weight 0: neither encoded nor stored
+    assert set(served) == model.net.weighed_keys("ticket") | {model.topic_key()} - {None}
     np.testing.assert_array_equal(served["DESC.S"], everything["DESC.S"])
     queries = dev.queries[:4]
     np.testing.assert_allclose(model.score_encoded(model.encode_queries(queries), served),

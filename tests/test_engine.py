@@ -84,6 +84,76 @@ def test_prefiltered_answers_score_only_bm25_candidates(served, model, tiny_mode
         assert r.bm25 == pytest.approx(bm25[r.ticket.id], rel=1e-6)
 
 
+def test_a_model_that_keeps_bm25_alone_is_served_by_bm25(tmp_path, tiny_model):
+    """The label-free weight selection may give every channel weight 0 and keep BM25 (a knowledge base where no
+    dense channel ranks its held-out queries better): such a model is indexed, ranks as BM25 does and says so."""
+    from recommender.model.bundle import TicketModel
+
+    alone = TicketModel.load(tiny_model[0])
+    spec = alone.metric_spec()
+    alone.net.set_weights([v for *_, v in spec["pairs"]], {c: 0.0 for c in spec["channels"]}, 1.0)
+    alone.invalidate()
+    alone.save(tmp_path / "bm25-alone")
+    settings = Settings.from_env({"TICKETREC_HOME": str(tmp_path / "home"),
+                                  "TICKETREC_MODEL": str(tmp_path / "bm25-alone"), "TICKETREC_CANDIDATES": "20"})
+    store = Store(settings.db)
+    try:
+        store.import_dataset(Dataset(tiny_model[1].tickets, source="kb"))
+        build_index(store, alone, settings, progress=False)
+        engine = Recommender(settings, store=store)
+        query = a_query(tiny_model)
+        results = engine.recommend(query, k=5)
+        hits = engine.searcher.search(f"{query.subject}\n{query.description}", 5)
+        assert [r.ticket.id for r in results] == [tid for tid, _ in hits]
+        np.testing.assert_allclose([r.raw_score for r in results], [np.exp(-(1 - s / hits[0][1])) for _, s in hits],
+                                   atol=1e-6)
+        assert results[0].channel_shares == {"bm25": 1.0}
+    finally:
+        store.close()
+
+
+def test_topic_prefilter_scores_the_nearest_topic_vectors(served, model, tiny_model):
+    """TICKETREC_PREFILTER=topics: the K candidates are the tickets nearest to the query in the model's DocNADE
+    topic space (standardised hidden units, cosine), computed here from the model's own topic vectors, and they
+    are scored like the BM25 candidates: the model's forward pass with their BM25 over the candidates."""
+    from recommender.lexical.bm25 import Bm25Scorer
+
+    settings, store, _ = served
+    engine = Recommender(settings.replace(prefilter="topics", candidates=8), store=store, model=model)
+    query = a_query(tiny_model)
+    results = engine.recommend(query, k=5)
+    assert results.info.prefilter == "topics" and results.info.candidates == 8
+    tickets = store.get_tickets(engine.index.ticket_ids)
+    raw = model.prepare(tickets, "ticket").extras["DESC.T"].astype(np.float64)  # Table 2 pairs: no ALL
+    centre, scale = raw.mean(axis=0), raw.std(axis=0) + 1e-6
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    q = model.prepare([query], "query").extras["DESC.T"][0].astype(np.float64)
+    affinity = unit((raw - centre) / scale) @ unit((q - centre) / scale)
+    nearest = np.lexsort((np.arange(len(tickets)), -affinity))[:8]
+    cands = [tickets[i] for i in nearest]
+    assert {r.ticket.id for r in results} <= {t.id for t in cands}
+    bm25 = Bm25Scorer(tickets).scores(f"{query.subject}\n{query.description}")[nearest]
+    g = model.score_pairs([query] * len(cands), cands, lexical=bm25 / bm25.max())
+    best = np.argsort(-g, kind="stable")[:5]
+    assert [r.ticket.id for r in results] == [cands[i].id for i in best]
+    np.testing.assert_allclose([r.raw_score for r in results], g[best], atol=1e-5)
+
+
+def test_topic_prefilter_needs_the_topic_channel(served, model, tiny_model, tmp_path):
+    """A model without T cannot place a query in topic space: a clear error naming the way out."""
+    from recommender.serving.searchers import TopicSearcher
+
+    settings, store, _ = served
+    index = Recommender(settings, store=store, model=model).index
+    saved = index.model.topic_model
+    index.model.topic_model = None
+    try:
+        with pytest.raises(IndexStateError, match="TICKETREC_PREFILTER=index"):
+            TopicSearcher(index)
+    finally:
+        index.model.topic_model = saved
+
+
 def test_each_recommendation_explains_itself(served, model, tiny_model):
     settings, store, _ = served
     query = a_query(tiny_model)

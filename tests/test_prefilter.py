@@ -174,7 +174,7 @@ def test_make_searcher_picks_backend(store):
     assert isinstance(es, ElasticsearchSearcher) and es.alias == base.es_index
     with pytest.raises(TicketrecError, match="TICKETREC_ES_URL"):
         make_searcher(base.replace(prefilter="elasticsearch"), store)
-    with pytest.raises(TicketrecError, match="index, fts5 or elasticsearch"):
+    with pytest.raises(TicketrecError, match="index, topics, fts5 or elasticsearch"):
         make_searcher(base.replace(prefilter="lucene"), store)
 
 

@@ -197,6 +197,32 @@ def test_shards_merged_equal_the_whole():
     assert cand_bm.tolist() == [lookup[int(r)] for r in cand_rows]
 
 
+@pytest.mark.parametrize("use_numba", [True, False])
+def test_bm25_alone_is_scored_like_the_model(model_and_data, use_numba):
+    """A label-free weight selection may keep BM25 alone (every channel weight 0): the kernel scores it as the
+    model does, exp(−w·(1 − lexical)), instead of refusing the spec."""
+    model, data = model_and_data
+    spec = model.metric_spec()
+    alone = dict(spec, channels={c: 0.0 for c in spec["channels"]}, bm25=2.0)
+    tickets = data.tickets
+    bm25 = np.random.default_rng(1).uniform(0.0, 12.0, len(tickets))
+    query = data.queries[0]
+    got = score_candidates(alone, model.encode_queries([query]), model.encode_tickets(tickets), bm25=bm25,
+                           use_numba=use_numba)
+    np.testing.assert_allclose(got, np.exp(-2.0 * (1.0 - bm25 / bm25.max())), atol=1e-6, rtol=0)
+    saved = model.metric_spec()
+    try:
+        model.net.set_weights([v for *_, v in saved["pairs"]], alone["channels"], alone["bm25"])
+        model.invalidate()
+        expected = model.score_pairs([query] * len(tickets), tickets, lexical=bm25 / bm25.max())
+    finally:
+        model.net.set_weights([v for *_, v in saved["pairs"]], saved["channels"], saved["bm25"])
+        model.invalidate()
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="no BM25 weight"):
+        score_candidates(dict(alone, bm25=0.0), model.encode_queries([query]), model.encode_tickets(tickets))
+
+
 def test_top_k_is_sorted_and_handles_edges():
     scores = np.array([0.1, 0.9, 0.5, 0.9, 0.3, 0.7])
     assert top_k(scores, 3).tolist() == [1, 3, 5]

@@ -162,7 +162,7 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                     "required": ["prefilter", "mode", "fallback_reason", "candidates", "timings_ms"],
                     "description": "How the answer was made.",
                     "properties": {
-                        "prefilter": {"type": "string", "enum": ["index", "fts5", "elasticsearch", "none"]},
+                        "prefilter": {"type": "string", "enum": ["index", "topics", "fts5", "elasticsearch", "none"]},
                         "mode": {"type": "string", "enum": ["in-process", "celery"]},
                         "fallback_reason": nullable_string,
                         "candidates": {"type": ["integer", "null"], "minimum": 0,

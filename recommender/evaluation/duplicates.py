@@ -258,7 +258,8 @@ class EngineRanker:
 
         base = settings or Settings.from_env()
         self._tmp = Path(tempfile.mkdtemp(prefix="ticketrec-dups-", dir=workdir))
-        prefilter = base.prefilter if base.prefilter in ("index", "fts5") else "index"  # no server for a temp KB
+        # no search server for a temporary knowledge base
+        prefilter = base.prefilter if base.prefilter in ("index", "topics", "fts5") else "index"
         self.settings = base.replace(home=self._tmp, db=self._tmp / "kb.sqlite3", model=self._tmp / "model",
                                      prefilter=prefilter, broker_url="", max_description=10**9, index_workers=1)
         try:

@@ -46,6 +46,9 @@ _WORDS_KEY = "embedder.words.weight"  # stored in word2vec.npy, not in weights.p
 #: channel uses (the LSTM and SumEMB read `max_len` tokens, DocNADE its `max_doc_words`, the S encoder 256 word
 #: pieces), so tokenising a huge text stays bounded work and never changes a vector of an ordinary one.
 MAX_TEXT_CHARS = 100_000
+#: Where a text's topic vector for the topic pre-filter comes from, first found on both sides: the whole text (ALL,
+#: in label-free models), else the description, else the subject.
+TOPIC_COMPONENTS = ("ALL", "DESC", "SUB")
 
 
 @dataclass
@@ -194,16 +197,48 @@ class TicketModel:
             self.siamese_config.query_components if side == "query" else self.siamese_config.ticket_components)
         channels = self.siamese_config.active_channels
         if "T" in channels:
+            served = self.served_keys(side)
             for comp in comps:
-                docs = topic_documents([t[comp] for t in tokens], self.topic_vocab, self.topic_model.max_doc_words)
-                extras[f"{comp}.T"] = (np.asarray(self.topic_model.transform(docs), dtype=np.float32) if docs
-                                       else np.zeros((0, self.siamese_config.topics), dtype=np.float32))
+                if used_only and f"{comp}.T" not in served:
+                    continue
+                extras[f"{comp}.T"] = self._topic_vectors([t[comp] for t in tokens])
         if "S" in channels:
             extras.update(self._sentence_vectors(items, comps, side, used_only, progress))
         for channel in CHANNEL_ARCH:
             if channel in channels:
                 extras.update(self._extra_channel_vectors(channel, items, comps, side, used_only))
         return Prepared(tokens, extras)
+
+    def topic_key(self) -> str | None:
+        """The T vector that places a text in topic space (the topic pre-filter's, `serving/searchers.TopicSearcher`):
+        "COMP.T" of the first of `TOPIC_COMPONENTS` that both queries and tickets have; None without the T channel."""
+        if "T" not in self.net.channel_names or self.topic_model is None:
+            return None
+        c = self.siamese_config
+        both = set(c.query_components) & set(c.ticket_components)
+        return next((f"{comp}.T" for comp in TOPIC_COMPONENTS if comp in both), None)
+
+    def _topic_vectors(self, token_lists: Sequence[Sequence[str]]) -> np.ndarray:
+        """DocNADE's vectors of token lists, float32 [n, topics]."""
+        docs = topic_documents(token_lists, self.topic_vocab, self.topic_model.max_doc_words)
+        return (np.asarray(self.topic_model.transform(docs), dtype=np.float32) if docs
+                else np.zeros((0, self.siamese_config.topics), dtype=np.float32))
+
+    def query_topic_vector(self, query: Query) -> np.ndarray:
+        """The query's `topic_key` vector [topics] (nothing else computed): what the topic pre-filter compares with
+        the tickets' vectors in the index."""
+        key = self.topic_key()
+        if key is None:
+            raise ModelError("this model has no topic channel T")
+        return self._topic_vectors([self.featurizer.query_tokens(bounded(query))[key.split(".")[0]]])[0]
+
+    def served_keys(self, side: str) -> set[str]:
+        """The vectors serving stores (tickets, in the index) and computes (queries): those the metric weighs above
+        zero (`ReplicatedSiameseLSTM.weighed_keys`), and on the ticket side the `topic_key`, so that the topic
+        pre-filter works whatever weight T got. A vector of weight 0 is neither computed nor stored."""
+        keys = self.net.weighed_keys(side)
+        topic = self.topic_key() if side == "ticket" else None
+        return keys | {topic} if topic else keys
 
     def s_components(self, side: str) -> list[str]:
         """The components of `side` ("query" or "ticket") whose S vectors the metric weighs above zero."""
@@ -285,27 +320,30 @@ class TicketModel:
             return "\n".join(fields[p] for p in parts if fields.get(p))
         return fields[comp]
 
-    def encode_prepared(self, prepared: Prepared, batch_size: int = 256, progress: bool = False) -> EncodedBatch:
-        """Channel vectors of prepared texts, in batches, without gradients."""
+    def encode_prepared(self, prepared: Prepared, batch_size: int = 256, progress: bool = False,
+                        keys: set[str] | None = None) -> EncodedBatch:
+        """Channel vectors of prepared texts, in batches, without gradients (only `keys`, when given)."""
         self._ensure_inference()
         n = len(prepared.tokens)
         parts: list[dict[str, np.ndarray]] = []
         with torch.no_grad():
             for start in tqdm(range(0, n, batch_size), desc="encoding", disable=not progress, leave=False):
                 tokens, extras = prepared.rows(range(start, min(n, start + batch_size)))
-                out = self.net.encode(self.featurizer.batch(tokens, extras))
+                out = self.net.encode(self.featurizer.batch(tokens, extras), keys)
                 parts.append({k: v.numpy().astype(np.float32) for k, v in out.items()})
         if not parts:
             return {}
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
     def encode_queries(self, queries: Sequence[Query], batch_size: int = 256, progress: bool = False) -> EncodedBatch:
-        """EncodedBatch of queries: "SUB.h", "DESC.E", ... (only the components and channels the model uses)."""
-        return self.encode_prepared(self.prepare(queries, "query", progress, used_only=True), batch_size, progress)
+        """EncodedBatch of queries: "SUB.h", "DESC.E", ... (only the vectors the metric weighs: `served_keys`)."""
+        return self.encode_prepared(self.prepare(queries, "query", progress, used_only=True), batch_size, progress,
+                                    self.served_keys("query"))
 
     def encode_tickets(self, tickets: Sequence[Ticket], batch_size: int = 256, progress: bool = False) -> EncodedBatch:
-        """EncodedBatch of tickets: "SUB.h", "SOL.E", ... (computed once, at index time)."""
-        return self.encode_prepared(self.prepare(tickets, "ticket", progress, used_only=True), batch_size, progress)
+        """EncodedBatch of tickets: "SUB.h", "SOL.E", ... (computed once, at index time; `served_keys` only)."""
+        return self.encode_prepared(self.prepare(tickets, "ticket", progress, used_only=True), batch_size, progress,
+                                    self.served_keys("ticket"))
 
     def score_encoded(self, q: EncodedBatch, t: EncodedBatch, lexical: np.ndarray | None = None) -> np.ndarray:
         """g for aligned rows of already encoded queries and tickets (`lexical`: see `score_pairs`)."""

@@ -379,18 +379,29 @@ class ReplicatedSiameseLSTM(nn.Module):
         ids = {id(p) for p in self.weight_parameters()}
         return [p for p in self.parameters() if id(p) not in ids and p.requires_grad]
 
+    def weighed_keys(self, side: str) -> set[str]:
+        """The "COMP.c" vectors of `side` ("query" or "ticket") that the metric weighs above zero: the pairs with
+        V > 0 times the channels with W > 0. Every other vector multiplies a zero weight in d."""
+        at = 0 if side == "query" else 1
+        v = self.pair_weights().detach().tolist()
+        w = self.channel_weights().detach().tolist()
+        return {f"{pair[at]}.{c}" for pair, vp in zip(self.pairs, v) if vp > 0
+                for c, wc in zip(self.channel_names, w) if wc > 0}
+
     # -- encoder ----------------------------------------------------------------------
-    def encode(self, batch: SideBatch) -> dict[str, torch.Tensor]:
+    def encode(self, batch: SideBatch, keys: set[str] | None = None) -> dict[str, torch.Tensor]:
         """The channel vectors of every component: {"COMP.h": [B, hidden], "COMP.E": [B, 350], "COMP.T", "COMP.S",
-        "COMP.C", "COMP.V": given}.
+        "COMP.C", "COMP.V": given}; with `keys`, only those (the others are not computed).
 
         Training (or anything that needs gradients) runs the packed `nn.LSTM`; inference (eval mode, no grad)
         runs `lstm_last_state`, the same function computed faster (each distinct word's projection once).
         """
-        vectors = self.embedder(batch.words)
+        wanted = (lambda key: True) if keys is None else keys.__contains__
+        vectors = self.embedder(batch.words) if any(
+            wanted(f"{comp}.{c}") for comp in batch.components for c in ("h", "E")) else None
         out: dict[str, torch.Tensor] = {}
         for comp, cb in batch.components.items():
-            if "h" in self.channel_names:
+            if "h" in self.channel_names and wanted(f"{comp}.h"):
                 if self.training or torch.is_grad_enabled():
                     x = self.dropout(vectors[cb.index])
                     packed = pack_padded_sequence(x, cb.lengths.cpu(), batch_first=True, enforce_sorted=False)
@@ -398,28 +409,45 @@ class ReplicatedSiameseLSTM(nn.Module):
                     out[f"{comp}.h"] = h_n[-1]
                 else:
                     out[f"{comp}.h"] = lstm_last_state(self.lstms[comp], vectors, cb.index, cb.lengths)
-            if "E" in self.channel_names:
+            if "E" in self.channel_names and wanted(f"{comp}.E"):
                 out[f"{comp}.E"] = sum_emb(vectors, cb.index, cb.mask, batch.words.idf, self.config.e_norm)
             for ch in PRECOMPUTED_CHANNELS:
-                if ch in self.channel_names:
-                    key = f"{comp}.{ch}"
+                key = f"{comp}.{ch}"
+                if ch in self.channel_names and wanted(key):
                     if key not in batch.extras:
                         raise InputError(f"the batch lacks the precomputed {key} vectors this model needs")
                     out[key] = batch.extras[key]
         return out
 
     # -- metric -----------------------------------------------------------------------
-    def distances(self, q: dict[str, torch.Tensor], t: dict[str, torch.Tensor]) -> torch.Tensor:
-        """‖q[a.c] − t[b.c]‖₁ for every pair and channel: [B, P, C]."""
+    def distances(self, q: dict[str, torch.Tensor], t: dict[str, torch.Tensor], n: int = 0) -> torch.Tensor:
+        """‖q[a.c] − t[b.c]‖₁ for every pair and channel: [B, P, C]. A pair or channel of weight 0 may lack its
+        vectors (`encode` with `keys`): its distance is 0, which its weight ignores anyway (B = `n` when no
+        vector is there at all: a metric of BM25 alone)."""
+        n = next(iter(q.values())).shape[0] if q else n
+        zero = torch.zeros(n)
+        v = self.pair_weights().detach().tolist()
+        w = self.channel_weights().detach().tolist()
         rows = []
-        for a, b in self.pairs:
-            rows.append(torch.stack([(q[f"{a}.{c}"] - t[f"{b}.{c}"]).abs().sum(-1) for c in self.channel_names], -1))
+        for (a, b), vp in zip(self.pairs, v):
+            row = []
+            for c, wc in zip(self.channel_names, w):
+                qk, tk = f"{a}.{c}", f"{b}.{c}"
+                if qk in q and tk in t:
+                    row.append((q[qk] - t[tk]).abs().sum(-1))
+                elif vp > 0 and wc > 0:
+                    raise InputError(f"the metric weighs {a}–{b} on channel {c}, but {qk if qk not in q else tk} "
+                                     "was not encoded")
+                else:
+                    row.append(zero)
+            rows.append(torch.stack(row, -1))
         return torch.stack(rows, 1)
 
     def similarity(self, q: dict[str, torch.Tensor], t: dict[str, torch.Tensor],
                    bm25_ratio: torch.Tensor | None = None) -> torch.Tensor:
         """g = exp(−d) ∈ (0, 1] for aligned rows; `bm25_ratio` is bm25/max over the query's candidates (in [0, 1])."""
-        d = metric_distance(self.distances(q, t), self.pair_weights(), self.channel_weights())
+        n = 0 if bm25_ratio is None else int(bm25_ratio.shape[0])
+        d = metric_distance(self.distances(q, t, n), self.pair_weights(), self.channel_weights())
         if self.use_bm25 and bm25_ratio is not None:
             d = d + self.bm25_weight() * (1.0 - bm25_ratio)
         return torch.exp(-d)

@@ -73,10 +73,19 @@ class TopicPrefilter:
 
             model = fit_docnade(docs, n_words, n_topics=n_topics, epochs=epochs, seed=seed, progress=progress)
         raw = np.asarray(model.transform(docs), dtype=np.float64)
+        return cls.of_vectors([t.id for t in tickets], method, model, vocab, raw, cluster, fields)
+
+    @classmethod
+    def of_vectors(cls, ids: Sequence[str], method: str, topic_model, topic_vocab, raw: np.ndarray,
+                   cluster: bool = True, fields: Sequence[str] = ("subject", "description", "solution")
+                   ) -> "TopicPrefilter":
+        """A pre-filter over topic vectors already computed (`raw` [tickets, topics], e.g. an index's T channel);
+        DocNADE's hidden units are standardised over these tickets (see the module's docstring)."""
+        raw = np.asarray(raw, dtype=np.float64)
         centre = scale = None
         if method == "docnade":
             centre, scale = raw.mean(axis=0), raw.std(axis=0) + 1e-6
-        return cls([t.id for t in tickets], method, model, vocab, raw, centre, scale, cluster, fields)
+        return cls(ids, method, topic_model, topic_vocab, raw, centre, scale, cluster, fields)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -110,7 +119,13 @@ class TopicPrefilter:
         best first, ties by row."""
         if k <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
-        raw = self.topic_vectors([text])
+        return self.search_vector(self.topic_vectors([text])[0], k)
+
+    def search_vector(self, raw: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """`search` for a text whose topic vector (as `topic_vectors` gives it) is already computed: `raw` [topics]."""
+        if k <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        raw = np.asarray(raw, dtype=np.float64)[None, :]
         scores = self.matrix @ self._normalise(raw)[0]
         if self.cluster:
             scores = scores + CLUSTER_BONUS * (self.dominant == int(np.argmax(self._raw_for_dominant(raw)[0])))

@@ -57,7 +57,8 @@ class AnswerInfo:
 
     index_version: str
     model_version: str
-    #: BM25 pre-filter that chose the candidates: "index" (the version's own postings), "fts5", "elasticsearch",
+    #: Pre-filter that chose the candidates: "index" (BM25 on the version's own postings), "topics" (nearest topic
+    #: vectors), "fts5", "elasticsearch",
     #: or "none" (the whole index scored without a lexical term: K = 0 for a model without BM25, or the search
     #: server was down).
     prefilter: str

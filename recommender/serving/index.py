@@ -1,8 +1,9 @@
 """Immutable index versions of precomputed ticket vectors under TICKETREC_HOME/indexes/, switched atomically.
 
 A version directory holds `ticket_ids.json`, `updated_at.npy` (each ticket's store timestamp, for incremental
-builds), `vectors.npy` (one memory-mappable row per ticket holding all its EncodedBatch vectors, `SUB.h`,
-`DESC.E`, ..., side by side in the manifest's `keys` order), the BM25 postings of the same tickets (`bm25_*`,
+builds), `vectors.npy` (one memory-mappable row per ticket holding its EncodedBatch vectors, `SUB.h`, `DESC.E`,
+..., side by side in the manifest's `keys` order: those the metric weighs above zero and the topic pre-filter's,
+`TicketModel.served_keys`), the BM25 postings of the same tickets (`bm25_*`,
 see `bm25_postings`), `model/` (the model directory the tickets were encoded with: a version is a deployable
 unit, and every reader serves the model of the version it opened, `TicketIndex.model`) and `manifest.json`
 (model fingerprint, the size, sha256 and modification time of every file it holds, counts, dtype, metric spec,
@@ -768,7 +769,10 @@ def _size(directory: Path) -> int:
 
 
 def _reusable(prev: TicketIndex | None, model, dtype: str) -> bool:
-    return prev is not None and prev.model_version == model.version and prev.manifest.get("dtype") == dtype
+    """Can `prev`'s rows be copied: the same model, dtype and stored vectors (an index built before vectors of
+    weight 0 were left out holds more keys; it is rebuilt in full once)."""
+    return (prev is not None and prev.model_version == model.version and prev.manifest.get("dtype") == dtype
+            and set(prev.manifest.get("keys", {})) == model.served_keys("ticket"))
 
 
 def _reuse_problems(prev: TicketIndex) -> list[str]:

@@ -296,9 +296,13 @@ def distances(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np
     `ticket_vecs` is a `PackedVectors` (scored record by record with numba) or a dict of matrices, which the numba
     path packs first: a caller that scores many queries should pack once (`PackedVectors.pack`)."""
     plan = metric_plan(spec, query_vecs, ticket_vecs.keys())
-    if not plan:
-        raise ValueError("the metric spec has no pair/channel with a non-zero weight")
-    n_total = next(iter(ticket_vecs[k] for k in plan)).shape[0]
+    w_bm25 = float(spec.get("bm25", 0.0) or 0.0)
+    if not plan and not w_bm25:
+        raise ValueError("the metric spec has no pair/channel with a non-zero weight and no BM25 weight")
+    if not ticket_vecs.keys():
+        raise ValueError("there are no ticket vectors to score")
+    # a weight selection may keep BM25 alone (every channel at 0): then d is the lexical term only
+    n_total = next(iter(ticket_vecs[k] for k in (plan or ticket_vecs.keys()))).shape[0]
     if rows is not None:
         rows = _checked_rows(rows, n_total)
     m = n_total if rows is None else rows.shape[0]
@@ -310,10 +314,10 @@ def distances(spec: dict, query_vecs: EncodedBatch, ticket_vecs: Mapping[str, np
             raise ValueError(f"ticket matrix {key!r} has {mat.shape[0]} rows, expected {n_total}")
         if mat.shape[1] != queries.shape[1]:
             raise ValueError(f"{key!r}: ticket vectors are {mat.shape[1]}-d, query vectors {queries.shape[1]}-d")
-    if fast and not isinstance(ticket_vecs, PackedVectors):
-        ticket_vecs = PackedVectors.pack({key: ticket_vecs[key] for key in plan})
-    _accumulate(ticket_vecs, plan, rows, out, fast)
-    w_bm25 = float(spec.get("bm25", 0.0) or 0.0)
+    if plan:
+        if fast and not isinstance(ticket_vecs, PackedVectors):
+            ticket_vecs = PackedVectors.pack({key: ticket_vecs[key] for key in plan})
+        _accumulate(ticket_vecs, plan, rows, out, fast)
     if w_bm25 and bm25 is not None:
         out += w_bm25 * bm25_penalty(bm25, m, bm25_max)
     return out
