@@ -126,9 +126,9 @@ def test_topic_prefilter_scores_the_nearest_topic_vectors(served, model, tiny_mo
     tickets = store.get_tickets(engine.index.ticket_ids)
     raw = model.prepare(tickets, "ticket").extras["DESC.T"].astype(np.float64)  # Table 2 pairs: no ALL
     centre, scale = raw.mean(axis=0), raw.std(axis=0) + 1e-6
-    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
     q = model.prepare([query], "query").extras["DESC.T"][0].astype(np.float64)
-    affinity = unit((raw - centre) / scale) @ unit((q - centre) / scale)
+    z_tickets, z_query = (raw - centre) / scale, (q - centre) / scale
+    affinity = (z_tickets / np.linalg.norm(z_tickets, axis=1, keepdims=True)) @ (z_query / np.linalg.norm(z_query))
     nearest = np.lexsort((np.arange(len(tickets)), -affinity))[:8]
     cands = [tickets[i] for i in nearest]
     assert {r.ticket.id for r in results} <= {t.id for t in cands}
