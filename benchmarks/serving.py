@@ -273,8 +273,8 @@ def scan_rates(index, spec, query_vecs, repeats=3) -> tuple[float, float]:
     float16 sum converts element by element, far slower than the memory)."""
     from recommender.serving.scoring import score_candidates
 
-    keys = {f"{b}.{c}" for _, b, v in spec["pairs"] if v > 0 for c, w in spec["channels"].items() if w > 0}
-    if keys | {index.model.topic_key()} - {None} != set(index.vectors):  # the index also keeps the topic vector
+    keys = index.model.served_keys("ticket")  # what the metric reads, and the topic pre-filter's T vector
+    if keys != set(index.vectors):
         raise RuntimeError(f"the metric reads {sorted(keys)}, the index holds {sorted(index.vectors)}: the scan "
                            "over the whole packed matrix would not be the same bytes")
     flat = np.asarray(index.vectors.matrix).reshape(-1).view(np.uint8)

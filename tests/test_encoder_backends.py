@@ -189,7 +189,7 @@ def test_serving_encodes_only_the_components_a_nonzero_weight_uses(own_encoder_r
     weights = [0.0 if b == "SOL" else v for a, b, v in spec["pairs"]]
     model.net.set_weights(weights, spec["channels"], spec["bm25"])
     model.invalidate()
-    assert "SOL" not in model.s_components("ticket") and "SUB" in model.s_components("ticket")
+    assert "SOL.S" not in model.served_keys("ticket") and "SUB.S" in model.served_keys("ticket")
     served, everything = model.encode_tickets(dev.tickets[:4]), model.encode_prepared(model.prepare(dev.tickets[:4], "ticket"))
     assert "SOL.S" not in served and everything["SOL.S"].any()  # weight 0: neither encoded nor stored
     assert set(served) == model.net.weighed_keys("ticket") | {model.topic_key()} - {None}

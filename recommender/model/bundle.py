@@ -183,11 +183,11 @@ class TicketModel:
 
     def prepare(self, items: Sequence[Query] | Sequence[Ticket], side: str, progress: bool = False,
                 used_only: bool = False) -> Prepared:
-        """Component tokens and the precomputed T and S vectors of queries (side="query") or tickets ("ticket").
+        """Component tokens and the precomputed T, S, C and V vectors of queries (side="query") or tickets ("ticket").
 
-        With `used_only` the S encoder reads only the components that a pair with a non-zero weight uses (the
-        others get zero vectors, which a zero weight ignores): what serving needs. Without it every component is
-        encoded, for anything that may change the weights (training, weight selection).
+        With `used_only` only the vectors serving keeps are computed (`served_keys`: those a non-zero weight uses,
+        and the topic pre-filter's): what serving needs. Without it every component's are, for anything that may
+        change the weights (training, weight selection).
         """
         make = self.featurizer.query_tokens if side == "query" else self.featurizer.ticket_tokens
         items = [bounded(x) for x in items]  # bounded work and memory whatever the text (MAX_TEXT_CHARS)
@@ -196,17 +196,19 @@ class TicketModel:
         comps = list(tokens[0].keys()) if tokens else (
             self.siamese_config.query_components if side == "query" else self.siamese_config.ticket_components)
         channels = self.siamese_config.active_channels
+        served = self.served_keys(side) if used_only else None
+
+        def wanted(channel: str) -> list[str]:
+            return [comp for comp in comps if served is None or f"{comp}.{channel}" in served]
+
         if "T" in channels:
-            served = self.served_keys(side)
-            for comp in comps:
-                if used_only and f"{comp}.T" not in served:
-                    continue
+            for comp in wanted("T"):
                 extras[f"{comp}.T"] = self._topic_vectors([t[comp] for t in tokens])
         if "S" in channels:
-            extras.update(self._sentence_vectors(items, comps, side, used_only, progress))
+            extras.update(self._sentence_vectors(items, wanted("S"), side, progress))
         for channel in CHANNEL_ARCH:
             if channel in channels:
-                extras.update(self._extra_channel_vectors(channel, items, comps, side, used_only))
+                extras.update(self._extra_channel_vectors(channel, items, wanted(channel), side))
         return Prepared(tokens, extras)
 
     def topic_key(self) -> str | None:
@@ -240,49 +242,33 @@ class TicketModel:
         topic = self.topic_key() if side == "ticket" else None
         return keys | {topic} if topic else keys
 
-    def s_components(self, side: str) -> list[str]:
-        """The components of `side` ("query" or "ticket") whose S vectors the metric weighs above zero."""
-        return self.used_components(side, "S")
-
-    def used_components(self, side: str, channel: str) -> list[str]:
-        """The components of `side` ("query" or "ticket") whose `channel` vectors the metric weighs above zero."""
-        spec = self.metric_spec()
-        if float(spec["channels"].get(channel, 0.0)) <= 0.0:
-            return []
-        at = 0 if side == "query" else 1
-        return sorted({p[at] for p in spec["pairs"] if float(p[2]) > 0.0})
-
-    def _extra_channel_vectors(self, channel: str, items, comps: Sequence[str], side: str,
-                               used_only: bool) -> dict[str, np.ndarray]:
-        """"COMP.C" / "COMP.V" of every component: the component's text through the channel's encoder (each
-        component its own call); with `used_only`, zero vectors for the components no weighed pair uses."""
+    def _extra_channel_vectors(self, channel: str, items, comps: Sequence[str], side: str) -> dict[str, np.ndarray]:
+        """"COMP.C" / "COMP.V" of the components `comps`: the component's text through the channel's encoder (each
+        component its own call)."""
         encoder = self.channel_encoders[channel]
-        wanted = set(self.used_components(side, channel) if used_only else comps)
         out = {}
         for comp in comps:
-            if comp in wanted and items:
+            if items:
                 out[f"{comp}.{channel}"] = np.asarray(encoder.channel_vectors(
                     [self._component_text(x, comp, side) for x in items]), dtype=np.float32)
             else:
-                out[f"{comp}.{channel}"] = np.zeros((len(items), encoder.dim), dtype=np.float32)
+                out[f"{comp}.{channel}"] = np.zeros((0, encoder.dim), dtype=np.float32)
         return out
 
-    def _sentence_vectors(self, items, comps: Sequence[str], side: str, used_only: bool,
-                          progress: bool) -> dict[str, np.ndarray]:
-        """"COMP.S" of every component: the texts of all wanted components encoded in one call per truncation
-        length (`max_tokens`; each distinct text once), zero vectors for the components not wanted."""
+    def _sentence_vectors(self, items, comps: Sequence[str], side: str, progress: bool) -> dict[str, np.ndarray]:
+        """"COMP.S" of the components `comps`: their texts encoded in one call per truncation length (`max_tokens`;
+        each distinct text once)."""
         record = self.s_channel or {}
         dim, limits = int(record.get("dim", 0)), record.get("max_tokens")
-        wanted = [c for c in comps if c in self.s_components(side)] if used_only else list(comps)
         out = {f"{comp}.S": np.zeros((len(items), dim), dtype=np.float32) for comp in comps}
-        if not wanted or not items:
+        if not comps or not items:
             return out
         encoder = self.sentence_encoder()
         if encoder.dim != dim:
             raise ModelError(f"the sentence encoder {encoder.name} gives {encoder.dim}-d vectors, this model's S channel "
                              f"was trained on {dim}-d ones; retrain the model with this encoder")
         groups: dict[int | None, list[str]] = {}
-        for comp in wanted:
+        for comp in comps:
             groups.setdefault(limits.get(comp) if isinstance(limits, dict) else limits, []).append(comp)
         n = len(items)
         for limit, group in groups.items():

@@ -32,7 +32,7 @@ class IndexSearcher(Searcher):
         return self.ticket_index.bm25.params()
 
     def search(self, text: str, k: int) -> list[tuple[str, float]]:
-        rows, scores = self.ticket_index.bm25.top_k(text, k)
+        rows, scores = self.search_rows(text, k, self.ticket_index)
         ids = self.ticket_index.ticket_ids
         return [(ids[int(r)], float(s)) for r, s in zip(rows, scores)]
 
@@ -97,11 +97,6 @@ class TopicSearcher(IndexSearcher):
 
     def params(self) -> dict:
         return {"candidates": f"nearest DocNADE topic vectors ({self.key})", **super().params()}
-
-    def search(self, text: str, k: int) -> list[tuple[str, float]]:
-        rows, scores = self.search_rows(text, k, self.ticket_index)
-        ids = self.ticket_index.ticket_ids
-        return [(ids[int(r)], float(s)) for r, s in zip(rows, scores)]
 
     def search_rows(self, text: str, k: int, index) -> tuple[np.ndarray, np.ndarray]:
         """The k rows nearest in topic space, best first, with their BM25 scores (0 where no word is shared)."""
