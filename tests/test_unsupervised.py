@@ -1,5 +1,6 @@
 """Label-free training: a store of tickets and no labelled pairs → a model that ranks and scores sensibly."""
 import json
+import tempfile
 
 import numpy as np
 import pytest
@@ -199,26 +200,38 @@ def adapted_model(tmp_path_factory):
     tickets = generate(n_tickets=40, n_queries=0, seed=4).tickets
     config = SiameseConfig().replace(**dict(TINY, epochs=1, channels={"E": 0.1, "S": 0.3}))
     out = tmp_path_factory.mktemp("adapted") / "M"
-    model = train_without_labels(tickets, config, out, mining=MiningConfig(adapt_pairs=16), progress=False,
-                                 echo=lambda _: None)
-    return model, tickets, out
+    scratch = tmp_path_factory.mktemp("tmp")
+    with pytest.MonkeyPatch.context() as patch:  # the adapted encoder's scratch copy goes here
+        patch.setattr(tempfile, "tempdir", str(scratch))
+        model = train_without_labels(tickets, config, out, mining=MiningConfig(adapt_pairs=16), progress=False,
+                                     echo=lambda _: None)
+    return model, tickets, out, scratch
 
 
 def test_the_adapted_encoder_is_kept_only_when_it_ranks_the_held_out_slice_better(adapted_model):
-    model, _, out = adapted_model
+    model, _, out, _ = adapted_model
     decision = model.meta["training"]["sentence_encoder"]
     assert decision["pairs"] == 16 and 0 <= decision["base"] <= 1 and 0 <= decision["adapted"] <= 1
     assert decision["kept"] == (decision["adapted"] > decision["base"])
     assert ("sentence_encoder" in model.meta) == decision["kept"] == (out / "sentence_encoder").is_dir()
 
 
+def test_training_leaves_no_copy_of_the_adapted_encoder_in_the_temporary_directory(adapted_model):
+    model, _, out, scratch = adapted_model
+    assert not list(scratch.glob("ticketrec-encoder-*"))  # ~90 MB each, once per training, kept or not
+    if "sentence_encoder" in model.meta:  # the trained model reads the saved copy
+        assert model.sentence_encoder_dir == out / "sentence_encoder"
+        assert model.sentence_encoder().encode(["valve leak"]).shape[0] == 1
+
+
 def test_an_adapted_encoder_lives_in_the_model_directory_and_loads_verified(adapted_model, tmp_path):
     from recommender.errors import ModelError
     from recommender.model.adaptation import adapt
 
-    model, tickets, _ = adapted_model
-    directory, files = adapt(["valve leak at the seal", "bearing vibration high"],
-                             ["the seal of the valve was worn", "vibration came from the rotor bearing"], seed=0)
+    model, tickets, _, _ = adapted_model
+    directory = tmp_path / "adapted"
+    files = adapt(["valve leak at the seal", "bearing vibration high"],
+                  ["the seal of the valve was worn", "vibration came from the rotor bearing"], directory, seed=0)
     model.meta["sentence_encoder"] = {"files": files}
     model.sentence_encoder_dir = directory
     model.invalidate()

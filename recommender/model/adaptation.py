@@ -10,6 +10,7 @@ checksummed cache of `onnx_encoder.py` like any encoder.
 """
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 from pathlib import Path
@@ -25,7 +26,7 @@ from .pretrained import SentenceEncoder, file_checksums, get_encoder, load_encod
 
 #: The directory of an adapted encoder inside a model directory.
 ENCODER_DIR = "sentence_encoder"
-__all__ = ["ENCODER_DIR", "adapt", "file_checksums", "load_adapted", "save_into"]
+__all__ = ["ENCODER_DIR", "adapt", "discard", "file_checksums", "load_adapted", "save_into", "scratch_directory"]
 
 
 def load_adapted(model_dir: Path, files: dict[str, str], backend: str | None = None) -> SentenceEncoder:
@@ -34,12 +35,13 @@ def load_adapted(model_dir: Path, files: dict[str, str], backend: str | None = N
     return load_encoder(model_dir, files, backend or selected()[1], name="adapted to the knowledge base")
 
 
-def adapt(anchors: Sequence[str], positives: Sequence[str], *, seed: int = 0, epochs: int = 1, batch_size: int = 32,
-          lr: float = 2e-5, max_seq_length: int = 128, progress: bool = False) -> tuple[Path, dict[str, str]]:
+def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, seed: int = 0, epochs: int = 1,
+          batch_size: int = 32, lr: float = 2e-5, max_seq_length: int = 128,
+          progress: bool = False) -> dict[str, str]:
     """Fine-tune a copy of the encoder new models use (the packaged one unless `--encoder DIR` chose another) on
     (anchor, positive) pairs with MultipleNegativesRankingLoss (in-batch negatives; give each positive once, or a
-    batch holds false negatives); save it into a new temporary directory. Returns (directory, file checksums).
-    Deterministic for a seed on one thread."""
+    batch holds false negatives); save it into the directory `out` (e.g. a `scratch_directory`). Returns its files'
+    checksums. Deterministic for a seed on one thread."""
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     base = get_encoder().model
@@ -65,9 +67,21 @@ def adapt(anchors: Sequence[str], positives: Sequence[str], *, seed: int = 0, ep
         optimizer.step()
     model.eval()
     model.max_seq_length = base.max_seq_length
-    out = Path(tempfile.mkdtemp(prefix="ticketrec-encoder-"))
     model.save(str(out))
-    return out, file_checksums(out)
+    return file_checksums(Path(out))
+
+
+def scratch_directory() -> Path:
+    """A new temporary directory for an adapted encoder (about 90 MB) that nobody has saved yet; removed when the
+    process exits if `discard` has not removed it before."""
+    directory = Path(tempfile.mkdtemp(prefix="ticketrec-encoder-"))
+    atexit.register(discard, directory)
+    return directory
+
+
+def discard(directory: Path) -> None:
+    """Remove a `scratch_directory` (gone already: nothing to do)."""
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _copy(model):

@@ -350,7 +350,7 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
     """Fine-tune S on the training tickets' (query, own view) pairs (`adaptation.adapt`); keep it in `model` (meta
     "sentence_encoder" and `sentence_encoder_dir`) only when its held-out MRR@10 (query text against every view's
     text, cosine) beats the packaged encoder's. Returns both figures and the decision."""
-    from .adaptation import adapt, load_adapted
+    from .adaptation import adapt, discard, load_adapted, scratch_directory
     from .pretrained import get_encoder
 
     rng = np.random.default_rng(seed + 3)
@@ -364,7 +364,8 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
         rows = sorted(rng.choice(rows, mining.adapt_pairs, replace=False).tolist())
     anchors = [query_text(clean_queries[r]) for r in rows]
     positives = [_view_text(mined.views[r]) for r in rows]
-    directory, files = adapt(anchors, positives, seed=seed, epochs=mining.adapt_epochs, progress=progress)
+    directory = scratch_directory()
+    files = adapt(anchors, positives, directory, seed=seed, epochs=mining.adapt_epochs, progress=progress)
 
     truth = mined.held_out_truth
     ranked = ranked_rows(len(mined.views), truth, rng)
@@ -379,8 +380,19 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
     if kept:
         model.meta["sentence_encoder"] = {"base": "all-MiniLM-L6-v2", "loss": "MultipleNegativesRankingLoss",
                                           "pairs": len(anchors), "epochs": mining.adapt_epochs, "files": files}
-        model.sentence_encoder_dir = directory
+        model.sentence_encoder_dir = directory  # until the model is saved (`_keep_saved_encoder`)
+    else:
+        discard(directory)
     return {**figures, "kept": kept, "pairs": len(anchors)}
+
+
+def _keep_saved_encoder(model: TicketModel, out_dir: str | Path) -> None:
+    """After `model.save(out_dir)`: read an adapted encoder from the saved copy and remove its scratch directory."""
+    from .adaptation import ENCODER_DIR, discard
+
+    scratch = model.sentence_encoder_dir
+    model.sentence_encoder_dir = Path(out_dir) / ENCODER_DIR
+    discard(scratch)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -516,6 +528,8 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     model.invalidate()
     if out_dir is not None:
         model.save(out_dir)
+        if adapted and adapted["kept"]:
+            _keep_saved_encoder(model, out_dir)
     return model
 
 
