@@ -1,10 +1,12 @@
 """The floor of a Celery round trip on this machine: what the distributed path costs before ticketrec does any work.
 
 A private redis-server and a Celery worker (prefork pool, 2 processes, as `ticketrec worker` runs) with one task
-that does nothing; the client sends a group of 2 such tasks (as the engine fans a query out to 2 shards) and waits
-for both results, with the same result settings as `serving.distributed.score_on_workers`. Timed from sending to
-both results in hand, after 10 untimed groups; with an empty payload and with 1,000 integers and 1,000 floats per
-task (a query's BM25 candidates and their scores), for the polling intervals given.
+that does nothing; the client sends one such task alone (as the engine sends a pre-filtered query) or a group of 2
+(as it fans a query out to 2 shards) and waits for the results, with the same result settings as
+`serving.distributed.score_on_workers`. Timed from sending to every result in hand, after 10 untimed rounds; with
+an empty payload and with 1,000 integers and 1,000 floats per task (a query's BM25 candidates and their scores),
+either as JSON lists of numbers or packed as ticketrec sends them (`distributed.pack_array`), for the polling
+intervals given.
 
     .venv/bin/python benchmarks/celery_floor.py [--groups 100] [--intervals 0.005,0.001]
 
@@ -42,7 +44,7 @@ def noop(rows=None, scores=None):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--groups", type=int, default=100, help="timed groups per row (after 10 untimed)")
+    ap.add_argument("--groups", type=int, default=100, help="timed rounds per row (after 10 untimed)")
     ap.add_argument("--intervals", default="0.005,0.001", help="result polling intervals (s), comma-separated; "
                     "0.005 is ticketrec's")
     args = ap.parse_args()
@@ -67,39 +69,50 @@ def main() -> None:
     from celery import group
     from floorapp import app, noop
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import numpy as np
+
+    from recommender.serving.distributed import pack_array
+
     rows = []
     try:
         deadline = time.monotonic() + 120
         while not app.control.ping(timeout=0.5):
             if time.monotonic() > deadline:
                 raise SystemExit("error: the Celery worker did not start")
-        payloads = {"none": ((), {}), "1,000 ids + 1,000 scores": ((list(range(1000)), [0.5] * 1000), {})}
+        ids, scores = np.arange(0, 10**6, 1000, dtype=np.int64), np.linspace(0.1, 9.9, 1000, dtype=np.float32)
+        payloads = {"none": (),
+                    "1,000 ids + 1,000 scores, JSON lists": (ids.tolist(), scores.tolist()),
+                    "1,000 ids + 1,000 scores, packed": (pack_array(ids, np.int64), pack_array(scores, np.float32))}
         for interval in [float(x) for x in args.intervals.split(",") if x.strip()]:
-            for name, (task_args, _) in payloads.items():
-                load = os.getloadavg()[0]
-                times = []
-                for i in range(args.groups + 10):
-                    started = time.perf_counter()
-                    result = group([noop.s(*task_args), noop.s(*task_args)]).apply_async()
-                    result.get(timeout=10, interval=interval, propagate=True, disable_sync_subtasks=False)
-                    if i >= 10:
-                        times.append((time.perf_counter() - started) * 1000)
-                    result.forget()
-                times.sort()
-                rows.append((interval, name, statistics.median(times), times[int(0.95 * (len(times) - 1))], load))
+            for tasks in (1, 2):
+                for name, task_args in payloads.items():
+                    load = os.getloadavg()[0]
+                    times = []
+                    for i in range(args.groups + 10):
+                        started = time.perf_counter()
+                        job = noop.s(*task_args) if tasks == 1 else group([noop.s(*task_args) for _ in range(tasks)])
+                        result = job.apply_async()
+                        result.get(timeout=10, interval=interval, propagate=True, disable_sync_subtasks=False)
+                        if i >= 10:
+                            times.append((time.perf_counter() - started) * 1000)
+                        result.forget()
+                    times.sort()
+                    rows.append((interval, "1 task" if tasks == 1 else f"a group of {tasks}", name,
+                                 statistics.median(times), times[int(0.95 * (len(times) - 1))], load))
     finally:
         worker.terminate()
         redis.terminate()
         worker.wait(30)
         redis.wait(10)
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\nCelery round-trip floor: a group of 2 no-op tasks, prefork worker of 2 processes, private Redis; "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {args.groups} timed groups per row "
+    print(f"\nCelery round-trip floor: no-op tasks, prefork worker of 2 processes, private Redis; "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {args.groups} timed rounds per row "
           "after 10 untimed\n")
-    print("| result polling interval | payload per task | p50 ms | p95 ms | load (1 min) before |")
-    print("|---|---|---|---|---|")
-    for interval, name, p50, p95, load in rows:
-        print(f"| {interval * 1000:g} ms | {name} | {p50:.1f} | {p95:.1f} | {load:.2f} |")
+    print("| result polling interval | tasks per round | payload per task | p50 ms | p95 ms | load (1 min) before |")
+    print("|---|---|---|---|---|---|")
+    for interval, tasks, name, p50, p95, load in rows:
+        print(f"| {interval * 1000:g} ms | {tasks} | {name} | {p50:.1f} | {p95:.1f} | {load:.2f} |")
     print("Command: .venv/bin/python benchmarks/celery_floor.py " + " ".join(sys.argv[1:]))
 
 

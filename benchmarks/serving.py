@@ -751,7 +751,8 @@ def print_table(rows, profile, args) -> None:
           + ", ".join(f"{r['import']:,.0f} tickets/s" if "import" in r else "already there" for r in rows) + ".")
     print("Latency = Recommender.recommend end to end (encode the query, BM25 pre-filter on the index's postings, "
           "score, fetch the tickets and explain), in-process unless marked Celery (one worker, 2 processes, "
-          "TICKETREC_SHARDS=2, a private redis-server); CPU ms/query = this thread's CPU time per in-process query "
+          "TICKETREC_SHARDS=2, a private redis-server; a query's 1,000 candidates go to one task: "
+          "distributed.shards_for); CPU ms/query = this thread's CPU time per in-process query "
           "(its latency without the machine's other jobs, up to cache effects); "
           "K=0 scores every ticket. Stage figures are medians/p95 over "
           "the same queries. The Celery ratio's baseline is the in-process p95 of the same row. Exhaustive scoring's "

@@ -113,7 +113,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Redis URL of the Celery broker and result backend; empty means in-process scoring"),
     Setting("TICKETREC_CANDIDATES", "candidates", "1000",
             "K, the BM25 candidates the model scores per query; 0 scores the whole knowledge base", int),
-    Setting("TICKETREC_SHARDS", "shards", "2", "index shards fanned out over Celery workers", int),
+    Setting("TICKETREC_SHARDS", "shards", "2",
+            "Celery tasks a query that scores every ticket (K = 0) is split into; up to 10,000 candidates go to one "
+            "task, more to one task per 10,000 (at most this many)", int),
     Setting("TICKETREC_QUERY_DEADLINE", "query_deadline", "2.0",
             "seconds a distributed query may take before falling back to in-process scoring", float),
     Setting("TICKETREC_BROKER_RETRY_AFTER", "broker_retry_after", "30.0",

@@ -4,6 +4,7 @@ import re
 import socket
 import time
 
+import numpy as np
 import pytest
 
 from recommender.config import Settings
@@ -239,5 +240,5 @@ def _zero_query(settings) -> dict:
 
     index = open_current(settings)
     spec = index.metric_spec
-    return {f"{a}.{c}": [0.0] * index.vectors.dims[f"{b}.{c}"] for a, b, v in spec["pairs"]
-            for c, w in spec["channels"].items() if v > 0 and w > 0}
+    return distributed.pack_vectors({f"{a}.{c}": np.zeros(index.vectors.dims[f"{b}.{c}"]) for a, b, v in spec["pairs"]
+                                     for c, w in spec["channels"].items() if v > 0 and w > 0})

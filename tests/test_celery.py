@@ -3,6 +3,7 @@ answered in-process before the deadline; the beat schedule."""
 import json
 import time
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -10,6 +11,7 @@ from recommender.config import Settings
 from recommender.errors import TicketrecError
 from recommender.data.records import Query, Ticket
 from recommender.data.store import Dataset, Store
+from recommender.serving import distributed
 
 
 # -- beat schedule and app set-up (no server needed) --------------------------------------------------------------
@@ -30,6 +32,25 @@ def test_nightly_reindex_schedule_follows_the_setting(tmp_path):
     assert app.conf.broker_url == app.conf.result_backend == "redis://127.0.0.1:1/0"
     assert app.conf.beat_schedule["nightly-reindex"]["schedule"].hour == {3}
     assert {"ticketrec.score_shard", "ticketrec.reindex", "ticketrec.train"} <= set(app.tasks)
+
+
+def test_a_pre_filtered_query_goes_to_one_task_and_the_whole_index_to_every_shard():
+    per = distributed.ROWS_PER_SHARD
+    assert distributed.shards_for(None, 2) == 2  # K = 0: every ticket, split over the shards
+    assert [distributed.shards_for(n, 4) for n in (0, 1000, per, per + 1, 3 * per, 100 * per)] == [1, 1, 1, 2, 3, 4]
+    assert distributed.shards_for(1000, 0) == distributed.shards_for(None, 0) == 1
+
+
+def test_a_task_payload_carries_the_query_and_candidates_exactly():
+    rng = np.random.default_rng(0)
+    vecs = {"SUB.E": rng.normal(size=(1, 7)).astype(np.float32), "ALL.T": np.float32([[0.0, -1e-30, 3.0e38]])}
+    back = distributed.unpack_vectors(json.loads(json.dumps(distributed.pack_vectors(vecs))))
+    assert back.keys() == vecs.keys()
+    for key, v in vecs.items():
+        assert back[key].dtype == np.float32 and back[key].shape == v.shape and np.array_equal(back[key], v)
+    rows = np.array([0, 5, 2**40], np.int64)
+    assert np.array_equal(distributed.unpack_array(distributed.pack_array(rows, np.int64), np.int64), rows)
+    assert distributed.unpack_array(distributed.pack_array([], np.float32), np.float32).shape == (0,)
 
 
 def test_worker_and_beat_need_a_broker_url(tmp_path):
@@ -83,8 +104,12 @@ def _engines(home, broker_url, **changes):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("candidates", [0, 20])
-def test_scores_through_workers_equal_in_process_scores(home, worker, tiny_model, candidates):
+@pytest.mark.parametrize("candidates, rows_per_shard", [(0, distributed.ROWS_PER_SHARD), (20, distributed.ROWS_PER_SHARD),
+                                                        (20, 10)],
+                         ids=["every-ticket-on-2-shards", "candidates-in-one-task", "candidates-on-2-shards"])
+def test_scores_through_workers_equal_in_process_scores(home, worker, tiny_model, candidates, rows_per_shard,
+                                                        monkeypatch):
+    monkeypatch.setattr(distributed, "ROWS_PER_SHARD", rows_per_shard)
     local, remote = _engines(home, worker, candidates=candidates)
     for q in tiny_model[1].queries[:3]:
         query = Query(q.subject, q.description)

@@ -9,27 +9,30 @@ log = get_task_logger(__name__)  # into the worker's log
 
 @shared_task(name="ticketrec.score_shard", bind=True)
 def score_shard(self, index_version: str, shard: int, n_shards: int, query_vecs: dict, k: int,
-                rows: list[int] | None = None, bm25: list[float] | None = None,
-                bm25_max: float | None = None) -> dict:
-    """Top k (ids, scores) of one shard of index `index_version` for an encoded query.
+                rows: str | None = None, bm25: str | None = None, bm25_max: float | None = None) -> dict:
+    """Top k (ids, scores) of one shard of index `index_version` for an encoded query (`pack_vectors`).
 
-    `rows`/`bm25`: the query's BM25 candidates over the whole index (each shard keeps those in its row range;
-    `bm25_max` is the maximum over all of them, so normalisation matches in-process scoring). "cold" in the result:
-    this task had to open the version (the process's warm-up had not).
+    `rows`/`bm25`: the query's BM25 candidates over the whole index, packed (`pack_array`: int64 rows, float32
+    scores); each shard keeps those in its row range; `bm25_max` is the maximum over all of them, so normalisation
+    matches in-process scoring. "cold" in the result: this task had to open the version (the warm-up had not).
     """
     cold = not self.resources.is_open(index_version)
     index = self.resources.index(index_version)
     return {**score_one_shard(index, shard, n_shards, query_vecs, k, rows, bm25, bm25_max), "cold": cold}
 
 
-def score_one_shard(index, shard: int, n_shards: int, query_vecs: dict, k: int, rows: list[int] | None = None,
-                    bm25: list[float] | None = None, bm25_max: float | None = None) -> dict:
+def score_one_shard(index, shard: int, n_shards: int, query_vecs: dict, k: int, rows: str | None = None,
+                    bm25: str | None = None, bm25_max: float | None = None) -> dict:
     """The body of `score_shard` on an open index: its shard's top k as JSON-ready lists."""
-    from recommender.serving.distributed import unpack_vectors
+    import numpy as np
+
+    from recommender.serving.distributed import unpack_array, unpack_vectors
     from recommender.serving.scoring import rank
 
     start, stop = index.shard_rows(shard, n_shards)
-    best_rows, g, best_bm25 = rank(index.metric_spec, unpack_vectors(query_vecs), index.vectors, k, rows, bm25,
+    best_rows, g, best_bm25 = rank(index.metric_spec, unpack_vectors(query_vecs), index.vectors, k,
+                                   None if rows is None else unpack_array(rows, np.int64),
+                                   None if bm25 is None else unpack_array(bm25, np.float32),
                                    row_range=(start, stop), bm25_max=bm25_max)
     return {
         "index_version": index.version,
@@ -43,12 +46,17 @@ def score_one_shard(index, shard: int, n_shards: int, query_vecs: dict, k: int, 
 def warm_scorer(index) -> None:
     """Score a zero query on a few rows of `index` through `score_one_shard`, so that its imports and the compiled
     scorer (numba's cache) are loaded before the first real shard."""
+    import numpy as np
+
+    from recommender.serving.distributed import pack_array, pack_vectors
+
     dims = index.vectors.dims
     spec = index.metric_spec
-    query = {f"{a}.{c}": [0.0] * dims[f"{b}.{c}"] for a, b, _ in spec["pairs"] for c in spec["channels"]
-             if f"{b}.{c}" in dims}
-    rows = list(range(min(len(index), 8)))
-    score_one_shard(index, 0, 1, query, 1, rows=rows, bm25=[0.0] * len(rows), bm25_max=None)
+    query = pack_vectors({f"{a}.{c}": np.zeros(dims[f"{b}.{c}"], np.float32) for a, b, _ in spec["pairs"]
+                          for c in spec["channels"] if f"{b}.{c}" in dims})
+    rows = np.arange(min(len(index), 8))
+    score_one_shard(index, 0, 1, query, 1, rows=pack_array(rows, np.int64),
+                    bm25=pack_array(np.zeros(len(rows)), np.float32), bm25_max=None)
 
 
 @shared_task(name="ticketrec.reindex", bind=True)

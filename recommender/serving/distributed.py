@@ -1,4 +1,5 @@
-"""Thin Celery client: fan one query out over the index shards by task name, merge their top k.
+"""Thin Celery client: score one query on the workers by task name (one task, or a fan-out over the index
+shards merged into one top k).
 
 It sends tasks by name ("ticketrec.score_shard", ...) and never imports `workers/` (arrows point one way).
 Every failure — broker unreachable, no worker, deadline passed, a shard that errs — becomes
@@ -8,6 +9,7 @@ one refused connection (or CONNECT_TIMEOUT), never Celery's retries (`client_con
 """
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import time
@@ -86,47 +88,74 @@ def celery_client(broker_url: str):
         return app
 
 
-def pack_vectors(vecs: Mapping[str, np.ndarray]) -> dict[str, list[float]]:
-    """An encoded query (one row per key) as JSON-ready lists; float32 → float → float32 is exact."""
-    return {key: np.asarray(v, dtype=np.float32).reshape(-1).tolist() for key, v in vecs.items()}
+#: Candidates one shard scores before a query is worth a second task. One process scores 1,000 pre-filtered
+#: candidates in about 1.3 ms at 1M tickets, while a group of 2 tasks costs about 7 ms more than one task on 2 cores
+#: (docs/results/serving.md, "Celery: one task or a fan-out"): splitting pays from about 10,000 candidates, so a
+#: pre-filtered query (K ≤ 10,000) goes to one worker and exhaustive scoring (K = 0) is split over TICKETREC_SHARDS.
+ROWS_PER_SHARD = 10_000
 
 
-def unpack_vectors(data: Mapping[str, list[float]]) -> dict[str, np.ndarray]:
+def shards_for(n_rows: int | None, shards: int) -> int:
+    """How many shards score one query: `shards` for the whole index (`n_rows` None), else one per
+    ROWS_PER_SHARD candidates, from 1 to `shards`."""
+    shards = max(1, shards)
+    if n_rows is None:
+        return shards
+    return min(shards, max(1, -(-n_rows // ROWS_PER_SHARD)))
+
+
+def pack_array(values, dtype) -> str:
+    """A 1-d array as base64 of its little-endian bytes: a JSON string 3× shorter than a list of numbers, and
+    encoded and decoded in microseconds instead of the milliseconds a list of 1,000 floats takes each way."""
+    return base64.b64encode(np.ascontiguousarray(values, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()).decode()
+
+
+def unpack_array(data: str, dtype) -> np.ndarray:
+    """Inverse of `pack_array` (a writable array in the machine's byte order)."""
+    return np.frombuffer(base64.b64decode(data), dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+
+
+def pack_vectors(vecs: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """An encoded query (one row per key) for a task's JSON payload: key → `pack_array` of its float32 row."""
+    return {key: pack_array(np.asarray(v).reshape(-1), np.float32) for key, v in vecs.items()}
+
+
+def unpack_vectors(data: Mapping[str, str]) -> dict[str, np.ndarray]:
     """Inverse of `pack_vectors`: key → float32 [1, d]."""
-    return {key: np.asarray(v, dtype=np.float32).reshape(1, -1) for key, v in data.items()}
+    return {key: unpack_array(v, np.float32).reshape(1, -1) for key, v in data.items()}
 
 
 def score_on_workers(settings: Settings, index_version: str, query_vecs: Mapping[str, np.ndarray], k: int,
                      rows: np.ndarray | None = None, bm25: np.ndarray | None = None,
                      n_shards: int | None = None, deadline: float | None = None) -> list[tuple[str, float, float | None]]:
-    """Score one encoded query on `n_shards` Celery workers; the merged top k as (ticket id, g, bm25), best first.
+    """Score one encoded query on Celery workers; the merged top k as (ticket id, g, bm25), best first.
 
-    `rows`/`bm25`: the BM25 candidate rows of index `index_version` (all rows when None). Raises
+    `rows`/`bm25`: the BM25 candidate rows of index `index_version` (all rows when None). `n_shards` tasks score
+    it (default: `shards_for` the candidates; one task is sent alone, several as a group). Raises
     ServiceUnavailable when the broker cannot be reached or the shards do not all answer within `deadline`.
     """
     if not settings.broker_url:
         raise ServiceUnavailable("TICKETREC_BROKER_URL is not set; distributed scoring is off")
-    n_shards = max(1, n_shards or settings.shards)
+    n_shards = max(1, n_shards or shards_for(None if rows is None else len(rows), settings.shards))
     deadline = settings.query_deadline if deadline is None else deadline
     started = time.monotonic()
     app = celery_client(settings.broker_url)  # first: it resolves celery's names under a lock
     from celery import group
     from celery.exceptions import TimeoutError as CeleryTimeout
 
-    rows_list = None if rows is None else np.asarray(rows, dtype=np.int64).tolist()
-    bm25_list = None if bm25 is None else np.asarray(bm25, dtype=np.float32).tolist()
-    bm25_max = None if bm25 is None or len(bm25_list) == 0 else float(max(bm25_list))
+    kwargs = {"rows": None if rows is None else pack_array(rows, np.int64),
+              "bm25": None if bm25 is None else pack_array(bm25, np.float32),
+              "bm25_max": None if bm25 is None or len(bm25) == 0 else float(np.max(bm25))}
     payload = pack_vectors(query_vecs)
-    jobs = group([
-        app.signature(SCORE_SHARD, args=(index_version, shard, n_shards, payload, int(k)),
-                      kwargs={"rows": rows_list, "bm25": bm25_list, "bm25_max": bm25_max})
-        for shard in range(n_shards)
-    ], app=app)
+    tasks = [app.signature(SCORE_SHARD, args=(index_version, shard, n_shards, payload, int(k)), kwargs=kwargs)
+             for shard in range(n_shards)]
+    job = tasks[0] if n_shards == 1 else group(tasks, app=app)
     result = None
     try:
-        result = jobs.apply_async(retry=False, expires=max(deadline, 1.0))
+        result = job.apply_async(retry=False, expires=max(deadline, 1.0))
         remaining = max(0.01, deadline - (time.monotonic() - started))
         parts = result.get(timeout=remaining, interval=0.005, propagate=True, disable_sync_subtasks=False)
+        parts = [parts] if n_shards == 1 else parts
     except CeleryTimeout:
         _abandon(result)
         raise ServiceUnavailable(f"the Celery workers did not answer within the {deadline:g}s deadline "
@@ -163,7 +192,7 @@ def send_task(settings: Settings, name: str, args=(), kwargs=None):
 
 
 def _abandon(result, revoke: bool = True) -> None:
-    """Stop waiting for a group: revoke its unstarted shards (broker alive) and drop stored results."""
+    """Stop waiting for a task or group: revoke its unstarted shards (broker alive) and drop stored results."""
     if result is None:
         return
     try:
