@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/encoder_speed.py                      # speed and quality, real text
     .venv/bin/python benchmarks/encoder_speed.py --only build --tickets 1000     # index-build-style rows
     .venv/bin/python benchmarks/encoder_speed.py --only query --queries 200      # one query at a time
+    .venv/bin/python benchmarks/encoder_speed.py --only query --components-of MODEL_DIR    # a model's S components
     .venv/bin/python benchmarks/encoder_speed.py --only quality --backends onnx-int8,static
 
 Speed ("index-build-style"): the S encoding of real-vocabulary tickets (`benchmarks/real_kb.py`: SeaMonkey bug
@@ -16,7 +17,8 @@ components the metric uses), one query at a time, median and p95 over `--queries
 
 Components: the label-free product model on SeaMonkey keeps ALL–ALL and SUB–DESC (docs/results/seamonkey), so a
 ticket needs ALL (subject + description + solution) and DESC, a query ALL (subject + description) and SUB; today's
-`prepare` encoded every component of the config: SUB, DESC, SOL and ALL.
+`prepare` encoded every component of the config: SUB, DESC, SOL and ALL. `--components-of MODEL_DIR` takes instead
+the components whose S vectors that model serves (`TicketModel.served_keys`).
 
 Quality: S alone, zero-shot, for each backend and truncation length: SemEval-2016 dev rerank MAP (the Table 5 row
 "S zero-shot": SUB+DESC merged on both sides, Manhattan distance, official scorer) and SeaMonkey duplicates
@@ -163,6 +165,14 @@ def time_build(lever: Lever, tickets, processes: int, threads: int) -> tuple[flo
     return done / wall, float("nan")
 
 
+def components_of(model_dir: str) -> dict[str, tuple[str, ...]]:
+    """The components whose S vectors the model in `model_dir` serves, per side (as `USED`)."""
+    from recommender.model.bundle import TicketModel
+
+    model = TicketModel.load(model_dir)
+    return {side: tuple(c for c in EVERY["ticket"] if f"{c}.S" in model.served_keys(side)) for side in USED}
+
+
 def _reset_session(encoder) -> None:
     """Open the ONNX session again, so it takes this process's current torch thread count."""
     if hasattr(encoder, "_session"):
@@ -170,7 +180,7 @@ def _reset_session(encoder) -> None:
 
 
 def time_queries(backend: str, queries, threads: int, limits: dict) -> tuple[float, float, float]:
-    """(p50, p95, CPU p50) ms of one query's S encoding: the query components the product model uses."""
+    """(p50, p95, CPU p50) ms of one query's S encoding: the query components of `USED`."""
     import torch
 
     from recommender.model.pretrained import get_encoder
@@ -197,7 +207,8 @@ def speed(args) -> None:
     tickets = real_tickets(args.tickets, seed=0) if args.only != "query" else []
     queries = list(iter_real_queries(args.queries + 10, seed=0)) if args.only != "build" else []
     cmd = " ".join(["benchmarks/encoder_speed.py", *sys.argv[1:]])
-    print(f"\n### S encoding speed: {len(tickets):,} real-vocabulary tickets, {max(len(queries) - 10, 0)} queries")
+    print(f"\n### S encoding speed: {len(tickets):,} real-vocabulary tickets, {max(len(queries) - 10, 0)} queries; "
+          f"components: a ticket's {', '.join(USED['ticket'])}, a query's {', '.join(USED['query'])}")
     print(f"command: .venv/bin/python {cmd}")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load before {load():.2f}\n")
     if args.only != "query":
@@ -326,7 +337,12 @@ def main(argv=None) -> int:
                         help="one part: speed (build + query), build, query or quality (default: all)")
     parser.add_argument("--levers", default="", help="comma-separated row numbers of the speed table (default: all)")
     parser.add_argument("--backends", default="", help="quality: comma-separated backends (default: all)")
+    parser.add_argument("--components-of", metavar="MODEL_DIR", default=None,
+                        help="speed: encode the components whose S vectors this model serves (default: ALL and DESC "
+                             "of a ticket, ALL and SUB of a query)")
     args = parser.parse_args(argv)
+    if args.components_of:
+        USED.update(components_of(args.components_of))
     from real_kb import available
 
     if not available():
