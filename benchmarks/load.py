@@ -61,7 +61,7 @@ def build_home(code: Path, home: Path, env: dict, tickets: int, queries: int, se
     _ticketrec(code, env, "synth", "--tickets", str(tickets), "--queries", str(queries), "--seed", str(seed),
                "--out", str(kb))
     _ticketrec(code, env, "import", str(kb), "--quiet")
-    _ticketrec(code, env, "train", "--train", str(kb), "--out", str(home / "models" / "current"),
+    _ticketrec(code, env, "train", "--train", str(kb), "--out", str(home / "models" / "current"), "--preset", "default",
                "--config", str(home / "train-config.json"), "--seed", str(seed))
     _ticketrec(code, env, "index")
     return kb

@@ -216,7 +216,9 @@ def prefilter_index(quiet: bool) -> None:
               help="labelled dev data for early stopping and weight selection (default: a held-out share of --train)")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="model directory to write")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
-              help="JSON file of SiameseConfig fields (applied over --preset)")
+              help="JSON file of SiameseConfig fields, applied over --preset, else over the label-free "
+                   "configuration (training on the store's tickets) or the labelled one (--no-mined); a \"mining\" "
+                   "key holds MiningConfig fields")
 @click.option("--preset", default=None, help="a Table 5 configuration, e.g. ml_cl_hET (see SiameseConfig.PRESETS)")
 @click.option("--word-vectors", type=click.Path(dir_okay=False), default=None,
               help="word2vec-format file (text or binary) instead of training word2vec on the knowledge base")
@@ -295,18 +297,18 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     if not mined and not train_files:
         raise InputError("--no-mined trains on labelled pairs only: give them with --train FILE")
     mining_overrides = None
-    config = SiameseConfig.preset(preset) if preset else None
+    if preset:
+        config = SiameseConfig.preset(preset)
+    elif mined:  # --config tunes the label-free configuration; it does not replace it with the labelled one
+        from .model.unsupervised import label_free_config
+
+        config = label_free_config(pretrained=_pretrained_available() if pretrained is None else pretrained)
+    else:
+        config = SiameseConfig()
     if config_file:
         overrides = _config_overrides(config_file, "SiameseConfig", None)
         mining_overrides = overrides.pop("mining", None)
-        config = (config or SiameseConfig()).replace(**overrides)
-    if config is None:
-        if mined:
-            from .model.unsupervised import label_free_config
-
-            config = label_free_config(pretrained=_pretrained_available() if pretrained is None else pretrained)
-        else:
-            config = SiameseConfig()
+        config = config.replace(**overrides)
     changes = {}
     if epochs is not None:
         changes["epochs"] = epochs
