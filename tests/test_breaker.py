@@ -4,7 +4,6 @@ import re
 import socket
 import time
 
-import numpy as np
 import pytest
 
 from recommender.config import Settings
@@ -235,10 +234,7 @@ def _dead_broker() -> str:
 
 
 def _zero_query(settings) -> dict:
-    """A zero query vector for every key the index's metric uses (packed for a score_shard task)."""
+    """A zero query vector for every key the current index's metric reads (packed for a score_shard task)."""
     from recommender.serving.index import open_current
 
-    index = open_current(settings)
-    spec = index.metric_spec
-    return distributed.pack_vectors({f"{a}.{c}": np.zeros(index.vectors.dims[f"{b}.{c}"]) for a, b, v in spec["pairs"]
-                                     for c, w in spec["channels"].items() if v > 0 and w > 0})
+    return distributed.zero_query(open_current(settings))

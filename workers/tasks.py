@@ -48,14 +48,10 @@ def warm_scorer(index) -> None:
     scorer (numba's cache) are loaded before the first real shard."""
     import numpy as np
 
-    from recommender.serving.distributed import pack_array, pack_vectors
+    from recommender.serving.distributed import pack_array, zero_query
 
-    dims = index.vectors.dims
-    spec = index.metric_spec
-    query = pack_vectors({f"{a}.{c}": np.zeros(dims[f"{b}.{c}"], np.float32) for a, b, _ in spec["pairs"]
-                          for c in spec["channels"] if f"{b}.{c}" in dims})
     rows = np.arange(min(len(index), 8))
-    score_one_shard(index, 0, 1, query, 1, rows=pack_array(rows, np.int64),
+    score_one_shard(index, 0, 1, zero_query(index), 1, rows=pack_array(rows, np.int64),
                     bm25=pack_array(np.zeros(len(rows)), np.float32), bm25_max=None)
 
 

@@ -120,6 +120,13 @@ def pack_vectors(vecs: Mapping[str, np.ndarray]) -> dict[str, str]:
     return {key: pack_array(np.asarray(v).reshape(-1), np.float32) for key, v in vecs.items()}
 
 
+def zero_query(index) -> dict[str, str]:
+    """A packed all-zero query for every query key the metric of `index` reads (a worker's warm-up, tests)."""
+    dims, spec = index.vectors.dims, index.metric_spec
+    return pack_vectors({f"{a}.{c}": np.zeros(dims[f"{b}.{c}"], np.float32) for a, b, _ in spec["pairs"]
+                         for c in spec["channels"] if f"{b}.{c}" in dims})
+
+
 def unpack_vectors(data: Mapping[str, str]) -> dict[str, np.ndarray]:
     """Inverse of `pack_vectors`: key → float32 [1, d]."""
     return {key: unpack_array(v, np.float32).reshape(1, -1) for key, v in data.items()}
