@@ -20,9 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-SEAMONKEY = ROOT.parent / "shared" / "data" / "seamonkey"
-MAPPING = {"id": "Issue id", "subject": "Summary", "description": "Description"}
+from feedback_seamonkey import MAPPING, SEAMONKEY  # the SeaMonkey export and its columns, read the same way
 #: Queries from other domains than a browser's bug tracker; their best result should score <= 2.5.
 OFF_TOPIC = [
     ("printer jammed paper tray", "The office printer jammed again; paper is stuck in tray 2."),
