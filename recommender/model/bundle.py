@@ -246,14 +246,10 @@ class TicketModel:
         """"COMP.C" / "COMP.V" of the components `comps`: the component's text through the channel's encoder (each
         component its own call)."""
         encoder = self.channel_encoders[channel]
-        out = {}
-        for comp in comps:
-            if items:
-                out[f"{comp}.{channel}"] = np.asarray(encoder.channel_vectors(
-                    [self._component_text(x, comp, side) for x in items]), dtype=np.float32)
-            else:
-                out[f"{comp}.{channel}"] = np.zeros((0, encoder.dim), dtype=np.float32)
-        return out
+        if not items:
+            return {f"{comp}.{channel}": np.zeros((0, encoder.dim), dtype=np.float32) for comp in comps}
+        return {f"{comp}.{channel}": np.asarray(encoder.channel_vectors(
+            [self._component_text(x, comp, side) for x in items]), dtype=np.float32) for comp in comps}
 
     def _sentence_vectors(self, items, comps: Sequence[str], side: str, progress: bool) -> dict[str, np.ndarray]:
         """"COMP.S" of the components `comps`: their texts encoded in one call per truncation length (`max_tokens`;
