@@ -92,8 +92,9 @@ class Lever:
         groups: dict = {}
         for comp in comps:
             groups.setdefault(self.limits.get(comp), []).append(comp)
-        for limit, group in groups.items():
-            self._call(encoder, [texts_of(x, c, side) for c in group for x in items], limit)
+        # one call for every component, as the model encodes (`TicketModel._sentence_vectors`)
+        encoder.encode_groups([([texts_of(x, c, side) for c in group for x in items], limit)
+                               for limit, group in groups.items()])
 
     def _call(self, encoder, texts, limit):
         encoder.encode(texts, max_tokens=limit)

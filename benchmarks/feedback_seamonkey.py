@@ -1,13 +1,14 @@
 """Feedback that measurably helps? Simulated engineers on real duplicate links.
 
-Half of the duplicate pairs (seeded) become engineers' feedback: each ticket of a pair, asked as a query, gets
-YES on its partner (and, with --no N, NO on the N best-ranked tickets that are not its partner, as an engineer
-who reads the list would give). `ticketrec train --with-feedback` then fine-tunes the model, and both models are
-evaluated on the OTHER half of the pairs with the knowledge-base protocol (`ticketrec evaluate --duplicates`).
+Half of the duplicate pairs (seeded; `--half 1`: the other half) become engineers' feedback: each ticket of a
+pair, asked as a query, gets YES on its partner (and, with --no N, NO on the N best-ranked tickets that are not its
+partner, as an engineer who reads the list would give). `ticketrec train --with-feedback` then fine-tunes the
+model, and both models are evaluated on the OTHER half of the pairs with the knowledge-base protocol (`ticketrec
+evaluate --duplicates`). Also prints what fine-tuning decided: S adapted or not, weights re-selected or not.
 
     .venv/bin/python benchmarks/feedback_seamonkey.py --model M \
         [--kb ../shared/data/seamonkey/SeaMonkey_bugs.csv --links ../shared/data/seamonkey/SeaMonkey_bugs-combined.csv]
-        [--no 3] [--seed 0]
+        [--no 3] [--seed 0] [--half 1]
 
 M is a model trained on the same knowledge base (e.g. `ticketrec train` label-free after importing it).
 Prints a markdown table (before / after, 95 % bootstrap intervals) and the commands it ran.
@@ -37,6 +38,8 @@ def main() -> None:
     ap.add_argument("--links", default=str(SEAMONKEY / "SeaMonkey_bugs-combined.csv"))
     ap.add_argument("--no", type=int, default=0, help="NO feedback on the N best non-partner results of each query")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--half", type=int, choices=(0, 1), default=0,
+                    help="which half of the shuffled pairs gives the feedback (the other is evaluated)")
     ap.add_argument("--epochs", type=int, default=None)
     args = ap.parse_args()
 
@@ -55,6 +58,8 @@ def main() -> None:
     random.Random(args.seed).shuffle(order)
     half = len(order) // 2
     given, held_out = order[:half], order[half:]
+    if args.half:
+        given, held_out = held_out, given
 
     tmp = Path(tempfile.mkdtemp(prefix="ticketrec-feedback-"))
     atexit.register(shutil.rmtree, tmp, True)  # its store and the retrained model: about 120 MB
@@ -100,6 +105,14 @@ def main() -> None:
     for row in rows:
         print(f"| {row['system']} | {row['MRR@10']:.3f} [{row['MRR@10_low']:.3f}, {row['MRR@10_high']:.3f}] | "
               f"{row['Acc@1']:.3f} | {row['Acc@5']:.3f} | {row['Acc@10']:.3f} |")
+    tuning = after.meta["fine_tuning"][-1]
+    for what, key, verb in (("S adapted on the judgements", "sentence_encoder", "kept"),
+                            ("weights re-selected on the judgements", "weight_selection", "changed")):
+        d = tuning.get(key)
+        if d:
+            print(f"\n{what}: MRR@10 on {d['queries']} judged queries {d['current']:.3f} before, "
+                  f"{d['cross_validated']:.3f} cross-validated (standard error of the difference {d['stderr']:.3f}): "
+                  f"{verb if d[verb] else 'not ' + verb}")
     print("\ncommand: .venv/bin/python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
     print("ran: " + " ; ".join(f"ticketrec {c}" for c in commands))
 

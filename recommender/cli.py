@@ -234,7 +234,9 @@ def prefilter_index(quiet: bool) -> None:
 @click.option("--encoder-backend", type=click.Choice(["onnx-int8", "onnx", "torch", "static"]), default=None,
               help="how the S encoder runs (default: TICKETREC_ENCODER_BACKEND, onnx-int8)")
 @click.option("--with-feedback", is_flag=True,
-              help="fine-tune the --base model on the stored feedback (YES 5, REL 3, NO 1) plus any --train pairs")
+              help="fine-tune the --base model on the stored feedback (YES 5, REL 3, NO 1) plus any --train pairs; "
+                   "a model that ranks with S also gets its sentence encoder adapted on the judgements, kept only "
+                   "when that pays in cross-validation over them")
 @click.option("--base", "base_dir", type=click.Path(file_okay=False), default=None,
               help="with --with-feedback: the model to fine-tune (default: TICKETREC_MODEL)")
 @click.option("--mined/--no-mined", default=None,

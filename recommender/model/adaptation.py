@@ -35,16 +35,16 @@ def load_adapted(model_dir: Path, files: dict[str, str], backend: str | None = N
     return load_encoder(model_dir, files, backend or selected()[1], name="adapted to the knowledge base")
 
 
-def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, seed: int = 0, epochs: int = 1,
-          batch_size: int = 32, lr: float = 2e-5, max_seq_length: int = 128,
+def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, base=None, seed: int = 0,
+          epochs: int = 1, batch_size: int = 32, lr: float = 2e-5, max_seq_length: int = 128,
           progress: bool = False) -> dict[str, str]:
-    """Fine-tune a copy of the encoder new models use (the packaged one unless `--encoder DIR` chose another) on
-    (anchor, positive) pairs with MultipleNegativesRankingLoss (in-batch negatives; give each positive once, or a
-    batch holds false negatives); save it into the directory `out` (e.g. a `scratch_directory`). Returns its files'
-    checksums. Deterministic for a seed on one thread."""
+    """Fine-tune a copy of `base` (a SentenceTransformer; None: the encoder new models use, the packaged one unless
+    `--encoder DIR` chose another) on (anchor, positive) pairs with MultipleNegativesRankingLoss (in-batch negatives;
+    give each positive once, or a batch holds false negatives); save it into the directory `out` (e.g. a
+    `scratch_directory`). Returns its files' checksums. Deterministic for a seed on one thread."""
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-    base = get_encoder().model
+    base = get_encoder().model if base is None else base
     model = _copy(base)
     model.max_seq_length = max_seq_length
     loss = MultipleNegativesRankingLoss(model)

@@ -252,8 +252,8 @@ class TicketModel:
             [self._component_text(x, comp, side) for x in items]), dtype=np.float32) for comp in comps}
 
     def _sentence_vectors(self, items, comps: Sequence[str], side: str, progress: bool) -> dict[str, np.ndarray]:
-        """"COMP.S" of the components `comps`: their texts encoded in one call per truncation length (`max_tokens`;
-        each distinct text once)."""
+        """"COMP.S" of the components `comps`: their texts encoded in one call, grouped by truncation length
+        (`max_tokens`; each distinct text once per length)."""
         record = self.s_channel or {}
         dim, limits = int(record.get("dim", 0)), record.get("max_tokens")
         out = {f"{comp}.S": np.zeros((len(items), dim), dtype=np.float32) for comp in comps}
@@ -267,9 +267,10 @@ class TicketModel:
         for comp in comps:
             groups.setdefault(limits.get(comp) if isinstance(limits, dict) else limits, []).append(comp)
         n = len(items)
-        for limit, group in groups.items():
-            texts = [self._component_text(x, comp, side) for comp in group for x in items]
-            vectors = encoder.encode(texts, progress=progress, max_tokens=limit)
+        texts = [([self._component_text(x, comp, side) for comp in group for x in items], limit)
+                 for limit, group in groups.items()]
+        encoded = encoder.encode_groups(texts, progress=progress)
+        for vectors, group in zip(encoded, groups.values()):
             for j, comp in enumerate(group):
                 out[f"{comp}.S"] = vectors[j * n : (j + 1) * n]
         return out

@@ -42,8 +42,8 @@ def file_checksums(directory: Path) -> dict[str, str]:
 class SentenceEncoder:
     """A frozen sentence encoder; `encode` gives L2-normalised float32 vectors [n, dim] (zero for empty text).
 
-    Subclasses implement `_encode` for cleaned, non-empty, distinct texts; this class cleans, encodes each distinct
-    text once and normalises.
+    Subclasses implement `_encode` (or `_encode_groups`) for cleaned, non-empty, distinct texts; this class cleans,
+    encodes each distinct text once and normalises.
     """
 
     name: str = DEFAULT_NAME
@@ -58,20 +58,35 @@ class SentenceEncoder:
                max_tokens: int | None = None) -> np.ndarray:
         """[n, dim] unit vectors of `texts`, each cut to `max_tokens` word pieces (None: the encoder's own limit);
         an empty text gives a zero vector. Each distinct text is encoded once."""
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        cleaned = [clean(t) for t in texts]
-        distinct = list(dict.fromkeys(t for t in cleaned if t))
-        if distinct:
-            vecs = np.asarray(self._encode(distinct, max_tokens, batch_size, progress), dtype=np.float32)
-            if vecs.shape != (len(distinct), self.dim):
-                raise ModelError(f"the sentence encoder {self.name} gave vectors of shape {vecs.shape}, expected "
-                                 f"{(len(distinct), self.dim)}; its files are inconsistent, rebuild or reinstall it")
-            norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-            vecs = vecs / np.maximum(norms, 1e-12)
-            at = {t: i for i, t in enumerate(distinct)}
-            rows = [i for i, t in enumerate(cleaned) if t]
-            out[rows] = vecs[[at[cleaned[i]] for i in rows]]
+        return self.encode_groups([(texts, max_tokens)], batch_size, progress)[0]
+
+    def encode_groups(self, groups: Sequence[tuple[Sequence[str], int | None]], batch_size: int = 32,
+                      progress: bool = False) -> list[np.ndarray]:
+        """`encode` of each (texts, max_tokens) group, in one call: a backend may schedule all the groups' texts
+        together (the ONNX backends spread one query's components over the threads)."""
+        cleaned = [[clean(t) for t in texts] for texts, _ in groups]
+        distinct = [list(dict.fromkeys(t for t in texts if t)) for texts in cleaned]
+        todo = [(d, limit) for d, (_, limit) in zip(distinct, groups) if d]
+        done = iter(self._encode_groups(todo, batch_size, progress) if todo else [])
+        out = []
+        for texts, unique in zip(cleaned, distinct):
+            vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
+            if unique:
+                vecs = np.asarray(next(done), dtype=np.float32)
+                if vecs.shape != (len(unique), self.dim):
+                    raise ModelError(f"the sentence encoder {self.name} gave vectors of shape {vecs.shape}, expected "
+                                     f"{(len(unique), self.dim)}; its files are inconsistent, rebuild or reinstall it")
+                vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+                at = {t: i for i, t in enumerate(unique)}
+                rows = [i for i, t in enumerate(texts) if t]
+                vectors[rows] = vecs[[at[texts[i]] for i in rows]]
+            out.append(vectors)
         return out
+
+    def _encode_groups(self, groups: list[tuple[list[str], int | None]], batch_size: int,
+                       progress: bool) -> list[np.ndarray]:
+        """Raw vectors of each group's cleaned, non-empty, distinct texts; by default one `_encode` per group."""
+        return [self._encode(texts, limit, batch_size, progress) for texts, limit in groups]
 
     def _encode(self, texts: list[str], max_tokens: int | None, batch_size: int, progress: bool) -> np.ndarray:
         raise NotImplementedError

@@ -4,6 +4,7 @@ This is the "corrigibility" the source papers ask for: annotated mistakes are fe
 """
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -17,8 +18,10 @@ from ..data.records import LABEL_SCORES, NO, LabeledPair, Query, Ticket
 from ..data.store import Dataset, Store, query_key
 from .calibration import Calibrator
 from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fit, lexical_features, mean_distance,
-                       pair_scores, query_text, split_queries)
-from .unsupervised import CALIBRATION_NEGATIVES, RankedSlice, rank_distances, ranked_rows, select_by_rank
+                       pair_scores, split_queries)
+from .feedback_encoder import adapt_on_feedback
+from .judged import JudgedQueries, judged_queries
+from .unsupervised import CALIBRATION_NEGATIVES, keep_saved_encoder, select_by_rank
 from ..lexical.bm25 import Bm25Scorer
 
 #: The fewest relevant judgements (YES/REL pairs) that may re-select the channel and pair weights.
@@ -67,9 +70,12 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
     """A new model: `model` trained further on `train`'s pairs (vocabulary, word vectors, Punkt and DocNADE stay
     frozen), recalibrated; `model` itself is left untouched.
 
+    With a `knowledge_base` (the tickets the queries are served against, the store's; the lexical feature takes its
+    IDF and maximum over them and the judged tickets), the relevant judgements also rank it: a model that serves S
+    gets its encoder adapted on them (`feedback_encoder.adapt_on_feedback`), and the channel weights are
+    re-selected (`reselect_weights`), each only when it pays in cross-validation over the judged queries.
     Returns the tuned model and a report of the model before and after on the same held-out pairs
-    (`held_out`, or a seeded share of `train`'s queries when None). `knowledge_base`: the tickets the queries are
-    served against (the store's); the lexical feature takes its IDF and maximum over them and the judged tickets.
+    (`held_out`, or a seeded share of `train`'s queries when None).
     """
     started = time.time()
     base_version = model.version
@@ -80,47 +86,74 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
     fit_pairs = PairSet.from_dataset(train, "training")
     dev_pairs = PairSet.from_dataset(held_out, "held-out") if held_out.pairs else None
     kb = _knowledge_base(train, held_out, Dataset(list(knowledge_base), [], [])) if model.siamese_config.bm25 > 0 else None
-
     config = model.siamese_config
-    tq, tt = model.prepare(fit_pairs.queries, "query", progress), model.prepare(fit_pairs.tickets, "ticket", progress)
-    dq = dt = dev_ratio = ratio = None
-    if dev_pairs is not None:
-        dq, dt = model.prepare(dev_pairs.queries, "query", progress), model.prepare(dev_pairs.tickets, "ticket", progress)
-    if config.bm25 > 0:  # the lexical feature, IDF over the tickets of the feedback data (its knowledge base)
-        ratio = lexical_features(fit_pairs, kb)
+    judged = None
+    if knowledge_base:
+        judged = judged_queries(train.queries, [(p.query_id, p.ticket_id, p.score) for p in train.pairs],
+                                knowledge_base, train.tickets, config.relevant_min, seed)
+    adapted, adaptation = model, None
+    if judged is not None:  # a model that ranks with S learns from feedback through its encoder
+        adapted, adaptation = adapt_on_feedback(model, judged, knowledge_base, seed, progress)
+        if adaptation is not None and progress:
+            _say(f"S adapted on {adaptation['feedback_pairs']} judgements: MRR@10 on the judged queries "
+                 f"{adaptation['current']:.3f} with the model's encoder, {adaptation['cross_validated']:.3f} "
+                 f"adapted (cross-validated; standard error of the difference {adaptation['stderr']:.3f}): "
+                 f"{'kept' if adaptation['kept'] else 'not kept'}")
+
+    def prepared(m: TicketModel) -> tuple[PreparedPairs, PreparedPairs | None]:
+        """The judged and held-out pairs prepared by `m` (its S vectors, tokens, topics), with the lexical feature
+        over the feedback data's knowledge base."""
+        fit_set = PreparedPairs(fit_pairs, m.prepare(fit_pairs.queries, "query", progress),
+                                m.prepare(fit_pairs.tickets, "ticket", progress),
+                                lexical_features(fit_pairs, kb) if config.bm25 > 0 else None)
+        dev_set = None
         if dev_pairs is not None:
-            dev_ratio = lexical_features(dev_pairs, kb)
-    fit_set = PreparedPairs(fit_pairs, tq, tt, ratio)
-    dev_set = PreparedPairs(dev_pairs, dq, dt, dev_ratio) if dev_pairs is not None else None
+            dev_set = PreparedPairs(dev_pairs, m.prepare(dev_pairs.queries, "query", progress),
+                                    m.prepare(dev_pairs.tickets, "ticket", progress),
+                                    lexical_features(dev_pairs, kb) if config.bm25 > 0 else None)
+        return fit_set, dev_set
+
+    fit_set, dev_set = prepared(model)
     before = evaluate(model, dev_set) if dev_set is not None else None
+    if adapted is not model:
+        fit_set, dev_set = prepared(adapted)
     if progress:
-        tqdm.write(f"fine-tuning on {len(fit_pairs)} pairs ({len(train.queries)} queries)")
+        _say(f"fine-tuning on {len(fit_pairs)} pairs ({len(train.queries)} queries)")
     history: list[dict] = []
-    tuned = fit(model, fit_set, dev_set, epochs=epochs, seed=seed, calibrate=False, progress=progress, history=history)
+    tuned = fit(adapted, fit_set, dev_set, epochs=epochs, seed=seed, calibrate=False, progress=progress,
+                history=history)
     selection = None
-    if config.weights == "grid" and knowledge_base:
+    if config.weights == "grid" and judged is not None and len(judged) >= MIN_SELECTION_JUDGEMENTS:
         scale = mean_distance(tuned, fit_set)
-        selection = reselect_weights(tuned, train, knowledge_base, seed, progress)
-        if selection is not None and selection["changed"]:  # same mean distance as before: the scale stays
+        selection = reselect_weights(tuned, judged, seed, progress)
+        if selection["changed"]:  # same mean distance as before: the scale stays
             tuned.net.rescale(scale / mean_distance(tuned, fit_set))
             tuned.invalidate()
             selection["spec"] = tuned.metric_spec()
-        if selection is not None and progress:
-            tqdm.write(f"weights on {selection['queries']} judged queries: MRR@10 {selection['current']:.3f} with the "
-                       f"model's, {selection['cross_validated']:.3f} re-selected (cross-validated; standard error of "
-                       f"the difference {selection['stderr']:.3f}): {'re-selected' if selection['changed'] else 'kept'}")
+        if progress:
+            _say(f"weights on {selection['queries']} judged queries: MRR@10 {selection['current']:.3f} with the "
+                 f"model's, {selection['cross_validated']:.3f} re-selected (cross-validated; standard error of "
+                 f"the difference {selection['stderr']:.3f}): {'re-selected' if selection['changed'] else 'kept'}")
     tuned.calibrator = _recalibrate(tuned, fit_set, list(knowledge_base), kb, seed, progress) or model.calibrator
     after = evaluate(tuned, dev_set) if dev_set is not None else None
     report = {"base_version": base_version, "train_pairs": len(fit_pairs),
               "held_out_pairs": len(dev_pairs) if dev_pairs else 0,
               "epochs": config.epochs if epochs is None else epochs, "before": before, "after": after,
-              "history": history, "weight_selection": selection, "wall_seconds": round(time.time() - started, 1)}
+              "history": history, "sentence_encoder": adaptation, "weight_selection": selection,
+              "wall_seconds": round(time.time() - started, 1)}
     tuned.meta.setdefault("fine_tuning", []).append(
         {**report, "data_fingerprint": dataset_fingerprint(train, held_out)})
     tuned.invalidate()
     if out_dir is not None:
         tuned.save(out_dir)
+        if adapted is not model:  # serve the saved copy of the adapted encoder; its scratch directory goes
+            keep_saved_encoder(tuned, out_dir)
     return tuned, report
+
+
+def _say(line: str) -> None:
+    """A progress line on standard error, between progress bars (standard output carries the CLI's JSON)."""
+    tqdm.write(line, file=sys.stderr)
 
 
 def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Ticket], kb: Bm25Scorer | None,
@@ -154,65 +187,38 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
     return Calibrator.fit_centered(g, y)
 
 
-def reselect_weights(model: TicketModel, train: Dataset, knowledge_base: Sequence[Ticket], seed: int = 0,
-                     progress: bool = False) -> dict | None:
+def reselect_weights(model: TicketModel, judged: JudgedQueries, seed: int = 0, progress: bool = False) -> dict:
     """Re-select `model`'s channel and pair weights (its grid) on the engineers' judgements, in place.
 
-    Each relevant judgement (score ≥ the config's relevant_min) is a query that must find its ticket among the
-    knowledge base (at most `MAX_RANKED_VIEWS` tickets: every judged one and a seeded sample of the rest), as
-    serving ranks it. Feedback is few queries, and the best of a grid on few queries flatters itself, so whether to
-    re-select is decided by cross-validation over the judged queries (`SELECTION_FOLDS` folds: select on the
-    others, rank the fold): the weights change only when the cross-validated MRR@10 beats the model's by more than
-    one standard error of the paired difference; then the simplest grid point within one standard error of the
-    best on all judged queries wins (`unsupervised.select_by_rank`). A stored ticket with the query's own text is
-    the query itself, not a competitor, and is left out of its ranking. Returns the figures and the decision, or
-    None with fewer than `MIN_SELECTION_JUDGEMENTS` relevant judgements.
+    Each relevant judgement is a query that must find its ticket among the knowledge base (`judged`), as serving
+    ranks it. Feedback is few queries, and the best of a grid on few queries flatters itself, so whether to
+    re-select is decided by cross-validation over the judged queries (`SELECTION_FOLDS` folds of whole groups,
+    `JudgedQueries.folds`: select on the others, rank the fold): the weights change only when the cross-validated
+    MRR@10 beats the model's by more than one standard error of the paired difference; then the simplest grid point
+    within one standard error of the best on all judged queries wins (`unsupervised.select_by_rank`). Returns the
+    figures and the decision.
     """
     config = model.siamese_config
-    queries = {q.id: q for q in train.queries}
-    relevant = [(queries[p.query_id], p.ticket_id) for p in train.pairs
-                if p.score >= config.relevant_min and p.query_id in queries]
-    kb = list({t.id: t for t in (*knowledge_base, *train.tickets)}.values())
-    row = {t.id: i for i, t in enumerate(kb)}
-    relevant = [(q, row[t]) for q, t in relevant if t in row]
-    if len(relevant) < MIN_SELECTION_JUDGEMENTS:
-        return None
-    rng = np.random.default_rng(seed + 4)
-    ranked = ranked_rows(len(kb), np.unique([r for _, r in relevant]), rng)
-    truth = np.searchsorted(ranked, [r for _, r in relevant])
-    query_list = [q for q, _ in relevant]
-    dist = rank_distances(model, model.prepare(query_list, "query", progress),
-                          model.prepare([kb[int(r)] for r in ranked], "ticket", progress)).astype(np.float64)
     spec = model.metric_spec()
-    lex = None
-    if spec["bm25"] > 0 or config.grid.get("bm25"):
-        scorer = Bm25Scorer(kb)
-        lex = np.stack([scorer.lexical(query_text(q), ranked) for q in query_list])
-    own_text = {(t.subject.strip(), t.description.strip()): i for i, t in enumerate(kb[int(r)] for r in ranked)}
-    for qi, q in enumerate(query_list):  # the query's own stored copy ranks first on any weights: leave it out
-        same = own_text.get((q.subject.strip(), q.description.strip()))
-        if same is not None and same != truth[qi]:
-            dist[:, :, qi, same] = 1e6
-            if lex is not None:
-                lex[qi, same] = -1e6
-    observable = [bool((dist[p].max(axis=2) - dist[p].min(axis=2) > 1e-6).any()) for p in range(len(dist))]
-    judged = RankedSlice(dist, lex, truth, observable)
-    current = judged.reciprocal_ranks(spec)
+    ranked = judged.ranked_slice(model, progress)
+    current = ranked.reciprocal_ranks(spec)
     # The best of thousands of grid points on a few dozen queries looks better than it is: estimate what selecting
     # gains by cross-validation over the judged queries (select on the other folds, rank this one).
-    fold = rng.permutation(len(truth)) % SELECTION_FOLDS
-    selected = np.zeros(len(truth))
+    fold = judged.folds(SELECTION_FOLDS, np.random.default_rng(seed + 4))
+    selected = np.zeros(len(judged))
     for f in range(SELECTION_FOLDS):
         train_q, test_q = fold != f, fold == f
-        chosen_f, _, _ = select_by_rank([judged.queries(train_q)], spec, config.grid)
-        selected[test_q] = judged.queries(test_q).reciprocal_ranks(chosen_f)
+        if not test_q.any():
+            continue
+        chosen_f, _, _ = select_by_rank([ranked.queries(train_q)], spec, config.grid)
+        selected[test_q] = ranked.queries(test_q).reciprocal_ranks(chosen_f)
     diff = selected - current
     gain, stderr = float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))
     changed = gain > stderr
-    chosen, value, _ = select_by_rank([judged], spec, config.grid)
+    chosen, value, _ = select_by_rank([ranked], spec, config.grid)
     if changed:
         model.net.set_weights([v for *_, v in chosen["pairs"]], chosen["channels"], chosen["bm25"])
         model.invalidate()
-    return {"queries": len(query_list), "ranked": int(len(ranked)), "current": float(current.mean()),
+    return {"queries": len(judged), "ranked": int(len(judged.ranked)), "current": float(current.mean()),
             "cross_validated": float(selected.mean()), "stderr": stderr, "selected_in_sample": value,
             "changed": bool(changed), "spec": model.metric_spec()}

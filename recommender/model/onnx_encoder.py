@@ -30,6 +30,7 @@ import os
 import shutil
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
@@ -283,6 +284,9 @@ class OnnxEncoder(SentenceEncoder):
         self.run_texts, self.sort_runs = 1, True
         self._session = None
         self._session_pid = -1
+        self._workers = 1
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_pid = -1
         self._lock = threading.Lock()
 
     def _tokenizer_for(self, max_tokens: int):
@@ -315,8 +319,12 @@ class OnnxEncoder(SentenceEncoder):
         import onnxruntime as ort
         import torch
 
+        # One thread per run, and the runs of a call spread over this process's threads (`_encode_groups`): a
+        # second intra-op thread did not speed up one query's texts, two texts at once halved its time
+        # (docs/results/encoders.md). An index worker has set one thread.
+        self._workers = max(1, torch.get_num_threads())
         options = ort.SessionOptions()
-        options.intra_op_num_threads = max(1, torch.get_num_threads())  # an index worker set it to 1
+        options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no busy-waiting on shared cores
         path = self.export_dir / ONNX_FILE
@@ -328,23 +336,71 @@ class OnnxEncoder(SentenceEncoder):
             raise ModelError(f"ONNX Runtime cannot load {path} ({exc}); remove {self.export_dir} to rebuild it") from exc
 
     def _encode(self, texts, max_tokens, batch_size, progress):
-        limit = min(max_tokens or self.max_seq_length, self.max_seq_length)
-        texts = [self.prompt + (t.lower() if self.lower else t) for t in texts]
-        encodings = self._tokenizer_for(limit).encode_batch(texts)
+        return self._encode_groups([(texts, max_tokens)], batch_size, progress)[0]
+
+    def _encode_groups(self, groups, batch_size, progress):
+        """All groups' texts in runs of `run_texts` (longest first when `sort_runs`), spread over this process's
+        threads when there are several runs: one query's components encode side by side."""
+        encodings = []
+        for texts, max_tokens in groups:
+            limit = min(max_tokens or self.max_seq_length, self.max_seq_length)
+            texts = [self.prompt + (t.lower() if self.lower else t) for t in texts]
+            encodings.extend(self._tokenizer_for(limit).encode_batch(texts))
         session = self.session()
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        with progress_bar(len(texts), progress) as bar:
-            for batch in _batches([len(e.ids) for e in encodings], self.run_texts, self.sort_runs):
-                width = max(len(encodings[int(i)].ids) for i in batch)
-                ids = np.zeros((len(batch), width), dtype=np.int64)
-                mask = np.zeros((len(batch), width), dtype=np.int64)
-                for row, i in enumerate(batch):
-                    piece = encodings[int(i)].ids
-                    ids[row, : len(piece)] = piece
-                    mask[row, : len(piece)] = 1
-                out[batch] = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-                bar.update(len(batch))
-        return out
+        out = np.zeros((len(encodings), self.dim), dtype=np.float32)
+
+        def run(batch: np.ndarray) -> None:
+            width = max(len(encodings[int(i)].ids) for i in batch)
+            ids = np.zeros((len(batch), width), dtype=np.int64)
+            mask = np.zeros((len(batch), width), dtype=np.int64)
+            for row, i in enumerate(batch):
+                piece = encodings[int(i)].ids
+                ids[row, : len(piece)] = piece
+                mask[row, : len(piece)] = 1
+            out[batch] = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+
+        lengths = [len(e.ids) for e in encodings]
+        runs = _batches(lengths, self.run_texts, self.sort_runs)
+        shares = _shares(runs, lengths, self._workers)
+
+        def run_all(share: list[np.ndarray], bar=None) -> None:
+            for batch in share:
+                run(batch)
+                if bar is not None:
+                    bar.update(len(batch))
+
+        with progress_bar(len(encodings), progress) as bar:
+            others = {self._pool().submit(run_all, share): sum(map(len, share)) for share in shares[1:]}
+            run_all(shares[0], bar)  # this thread takes a share too: one hand-off fewer
+            for done in as_completed(others):
+                done.result()
+                bar.update(others[done])
+        ends = np.cumsum([len(texts) for texts, _ in groups])
+        return np.split(out, ends[:-1])
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """This process's threads for runs (a forked process makes its own, as it opens its own session)."""
+        if self._executor is None or self._executor_pid != os.getpid():
+            with self._lock:
+                if self._executor is None or self._executor_pid != os.getpid():
+                    self._executor = ThreadPoolExecutor(self._workers, thread_name_prefix="ticketrec-s")
+                    self._executor_pid = os.getpid()
+        return self._executor
+
+
+def _shares(runs: list[np.ndarray], lengths: list[int], workers: int) -> list[list[np.ndarray]]:
+    """The runs split into at most `workers` shares of about equal word pieces (each run, longest first, to the
+    share with the fewest so far), each kept in the order given; one share for one worker or one run."""
+    if workers <= 1 or len(runs) <= 1:
+        return [list(runs)]
+    size = [sum(lengths[int(i)] for i in batch) for batch in runs]
+    shares: list[list[int]] = [[] for _ in range(min(workers, len(runs)))]
+    load = [0] * len(shares)
+    for r in sorted(range(len(runs)), key=lambda r: -size[r]):
+        k = load.index(min(load))
+        shares[k].append(r)
+        load[k] += size[r]
+    return [[runs[r] for r in sorted(share)] for share in shares]
 
 
 def _batches(lengths: list[int], size: int, by_length: bool) -> list[np.ndarray]:

@@ -380,13 +380,13 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
     if kept:
         model.meta["sentence_encoder"] = {"base": "all-MiniLM-L6-v2", "loss": "MultipleNegativesRankingLoss",
                                           "pairs": len(anchors), "epochs": mining.adapt_epochs, "files": files}
-        model.sentence_encoder_dir = directory  # until the model is saved (`_keep_saved_encoder`)
+        model.sentence_encoder_dir = directory  # until the model is saved (`keep_saved_encoder`)
     else:
         discard(directory)
     return {**figures, "kept": kept, "pairs": len(anchors)}
 
 
-def _keep_saved_encoder(model: TicketModel, out_dir: str | Path) -> None:
+def keep_saved_encoder(model: TicketModel, out_dir: str | Path) -> None:
     """After `model.save(out_dir)`: read an adapted encoder from the saved copy and remove its scratch directory."""
     from .adaptation import ENCODER_DIR, discard
 
@@ -529,7 +529,7 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     if out_dir is not None:
         model.save(out_dir)
         if adapted and adapted["kept"]:
-            _keep_saved_encoder(model, out_dir)
+            keep_saved_encoder(model, out_dir)
     return model
 
 
