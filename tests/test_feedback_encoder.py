@@ -1,6 +1,8 @@
 """Feedback moves a model that ranks with S: `train --with-feedback` adapts its sentence encoder on the judgements
 (`feedback_encoder.py`), keeps it only when that pays in cross-validation over judged queries grouped by shared
 tickets (`judged.py`), and the saved model serves the adapted encoder."""
+import shutil
+
 import numpy as np
 import pytest
 
@@ -36,8 +38,11 @@ def s_model(encoder_dir, tiny_tickets, tmp_path_factory):
     feedback = Dataset(kb[:24], queries, yes, "feedback")
     config = SiameseConfig(word_dim=16, hidden=8, char_dim=4, char_hidden=5, epochs=1, batch_size=8, min_count=1,
                            w2v_epochs=2, channels={"h": 0.1, "S": 1.0}, bm25=0.0, weights="fixed")
-    out = tmp_path_factory.mktemp("s-model") / "M"
-    select(encoder_dir)
+    tmp = tmp_path_factory.mktemp("s-model")
+    own_encoder = tmp / "tiny-bert"  # a copy: encoders load once per process and directory, the exports test its own
+    shutil.copytree(encoder_dir, own_encoder)
+    out = tmp / "M"
+    select(own_encoder)
     try:
         train_model(tiny_tickets(1, n_tickets=24), None, config, out, progress=False)
     finally:

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..data.records import Ticket
 from .bundle import TicketModel
+from .char_siamese import component_text
 from .judged import JudgedQueries
 from .mining import MiningConfig, split_ticket
 from .training import query_text
@@ -32,10 +33,11 @@ FEEDBACK_MINED_PAIRS = 100
 ADAPT_FOLDS = 3
 #: The fewest judged queries the adaptation needs (each fold needs some to train on and some to rank).
 MIN_ADAPT_QUERIES = 10
-#: The learning rate and epochs of the adaptation. With label-free training's 2e-5 the encoder barely moved; the three
+#: The learning rate and epochs of the adaptation. With label-free training's 2e-5 the encoder barely moved; the four
 #: recipes tried were compared by this module's own cross-validation on the judged half of the SeaMonkey simulation
 #: (benchmarks/feedback_seamonkey.py, never its evaluated half): 2e-5 with 400 mined pairs −0.001 MRR@10, 1e-4 with
-#: 400 +0.013, 5e-5 with 100 +0.015 (standard error 0.014), docs/results/seamonkey/feedback.md.
+#: 400 +0.013, 5e-5 with 100 +0.015, the same over 3 epochs +0.016 (standard errors 0.014),
+#: docs/results/seamonkey/feedback.md.
 LEARNING_RATE = 5e-5
 EPOCHS = 1
 #: The adapted encoder is kept when its cross-validated MRR@10 on the judged queries beats the model's by more.
@@ -59,7 +61,7 @@ def adapt_on_feedback(model: TicketModel, judged: JudgedQueries, knowledge_base:
     if not serves_s(model) or len(judged) < MIN_ADAPT_QUERIES:
         return model, None
     base = model.sentence_encoder().model  # the model's own S, on torch: fine-tuning starts here
-    judgements = [(query_text(q), _ticket_text(judged.kb[int(judged.ranked[t])]))
+    judgements = [(query_text(q), component_text(judged.kb[int(judged.ranked[t])], "SUB+DESC+SOL"))
                   for q, t in zip(judged.queries, judged.truth)]
     mined = _mined_pairs(knowledge_base, seed)
     spec = model.metric_spec()
@@ -112,12 +114,8 @@ def _mined_pairs(tickets: Sequence[Ticket], seed: int) -> list[tuple[str, str]]:
         split = split_ticket(tickets[int(i)], prefix_words)
         if split is not None:
             query, view = split
-            pairs.append((query_text(query), _ticket_text(view)))
+            pairs.append((query_text(query), component_text(view, "SUB+DESC+SOL")))
             if len(pairs) == FEEDBACK_MINED_PAIRS:
                 break
     return pairs
 
-
-def _ticket_text(ticket: Ticket) -> str:
-    """A ticket's fields as one text (the empty ones left out)."""
-    return "\n".join(part for part in (ticket.subject, ticket.description, ticket.solution) if part)

@@ -8,7 +8,7 @@ both ways give two queries over the same two tickets. Folds therefore split *gro
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -35,6 +35,8 @@ class JudgedQueries:
     truth: np.ndarray
     own: np.ndarray
     groups: np.ndarray
+    #: what these queries and their subsets share once computed: the BM25 over `kb`
+    _shared: dict = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -43,7 +45,13 @@ class JudgedQueries:
         """The queries `mask` selects, against the same tickets."""
         keep = np.flatnonzero(mask)
         return JudgedQueries([self.queries[i] for i in keep], self.kb, self.ranked, self.truth[keep], self.own[keep],
-                             self.groups[keep])
+                             self.groups[keep], self._shared)
+
+    def scorer(self) -> Bm25Scorer:
+        """The BM25 over the knowledge base, built once for these queries and every subset of them."""
+        if "bm25" not in self._shared:
+            self._shared["bm25"] = Bm25Scorer(self.kb)
+        return self._shared["bm25"]
 
     def folds(self, k: int, rng: np.random.Generator) -> np.ndarray:
         """A fold in [0, k) per query, whole groups to one fold: the largest groups first (random order among equal
@@ -65,7 +73,7 @@ class JudgedQueries:
         dist = dist.astype(np.float64)
         lex = None
         if model.metric_spec()["bm25"] > 0 or model.siamese_config.grid.get("bm25"):
-            scorer = Bm25Scorer(self.kb)
+            scorer = self.scorer()
             lex = np.stack([scorer.lexical(query_text(q), self.ranked) for q in self.queries])
         for qi, same in enumerate(self.own):
             if same >= 0:
