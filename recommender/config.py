@@ -150,8 +150,8 @@ SETTINGS: tuple[Setting, ...] = (
             "means the packaged all-MiniLM-L6-v2 (`ticketrec train --encoder DIR` overrides it)"),
     Setting("TICKETREC_ENCODER_BACKEND", "encoder_backend", "onnx-int8",
             "how new models run the S encoder: onnx-int8 (ONNX Runtime, int8 weights), onnx (float32), torch "
-            "(sentence-transformers) or static (word-piece vectors distilled from it, model2vec: fastest, least "
-            "accurate); exports are cached in `$TICKETREC_HOME/cache/encoders`", _encoder_backend),
+            "(sentence-transformers) or static (word-piece vectors distilled from it, model2vec, and fitted to the "
+            "knowledge base at training: fastest, least accurate); exports are cached in `$TICKETREC_HOME/cache/encoders`", _encoder_backend),
 )
 
 _BY_FIELD = {s.field: s for s in SETTINGS}

@@ -26,7 +26,8 @@ from .pretrained import SentenceEncoder, file_checksums, get_encoder, load_encod
 
 #: The directory of an adapted encoder inside a model directory.
 ENCODER_DIR = "sentence_encoder"
-__all__ = ["ENCODER_DIR", "adapt", "discard", "file_checksums", "load_adapted", "save_into", "scratch_directory"]
+__all__ = ["ENCODER_DIR", "adapt", "discard", "file_checksums", "keep_saved_encoder", "load_adapted", "save_into",
+           "scratch_directory"]
 
 
 def load_adapted(model_dir: Path, files: dict[str, str], backend: str | None = None) -> SentenceEncoder:
@@ -94,3 +95,11 @@ def _copy(model):
 def save_into(source: Path, model_dir: Path) -> None:
     """Copy an adapted encoder directory into a model directory being written (`model_dir/sentence_encoder`)."""
     shutil.copytree(source, Path(model_dir) / ENCODER_DIR)
+
+
+def keep_saved_encoder(model, out_dir: str | Path) -> None:
+    """After `model.save(out_dir)` of a TicketModel whose own encoder (adapted, or with static vectors fitted) is in
+    a scratch directory: read it from the saved copy and remove the scratch directory."""
+    scratch = model.sentence_encoder_dir
+    model.sentence_encoder_dir = Path(out_dir) / ENCODER_DIR
+    discard(scratch)

@@ -275,13 +275,15 @@ class TicketModel:
                 out[f"{comp}.S"] = vectors[j * n : (j + 1) * n]
         return out
 
-    def sentence_encoder(self):
-        """The S channel's encoder on the backend the model records (`s_channel`): the packaged all-MiniLM-L6-v2, or
-        the encoder in the model directory (`sentence_encoder/`: a `--encoder DIR` copy, or the one adapted to the
-        knowledge base by label-free training), verified against the checksums in the config."""
+    def sentence_encoder(self, backend: str | None = None):
+        """The S channel's encoder on the backend the model records (`s_channel`; `backend` another one): the packaged
+        all-MiniLM-L6-v2, or the encoder in the model directory (`sentence_encoder/`: a `--encoder DIR` copy, or the
+        one adapted, or whose static vectors were fitted, to the knowledge base), verified against the checksums in
+        the config."""
         from .pretrained import LEGACY_CHANNEL, load_encoder
 
-        record = self.s_channel or LEGACY_CHANNEL
+        record = dict(self.s_channel or LEGACY_CHANNEL)
+        record["backend"] = backend or record["backend"]
         own = self.meta.get("sentence_encoder")
         if own:
             if self.sentence_encoder_dir is None:

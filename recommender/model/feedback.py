@@ -21,7 +21,8 @@ from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fi
                        pair_scores, split_queries)
 from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries
-from .unsupervised import CALIBRATION_NEGATIVES, keep_saved_encoder, select_by_rank
+from .adaptation import keep_saved_encoder
+from .unsupervised import CALIBRATION_NEGATIVES, select_by_rank
 from ..lexical.bm25 import Bm25Scorer
 
 #: The fewest relevant judgements (YES/REL pairs) that may re-select the channel and pair weights.

@@ -25,6 +25,7 @@ from .bundle import TicketModel
 from .char_siamese import component_text
 from .judged import JudgedQueries
 from .mining import MiningConfig, split_ticket
+from .static_fit import fit_static_encoder
 from .training import query_text
 
 #: Pairs mined from the knowledge base that go with the judgements (fewer when it has fewer tickets).
@@ -77,7 +78,7 @@ def adapt_on_feedback(model: TicketModel, judged: JudgedQueries, knowledge_base:
             pairs = [p for p, held in zip(judgements, test) if not held] + mined
             files = adapt(*zip(*pairs), directory, base=base, seed=seed, lr=LEARNING_RATE,
                           epochs=EPOCHS, progress=progress)
-            candidate = _with_encoder(model, directory, files, {})
+            candidate = _with_encoder(model, directory, files, {}, knowledge_base, seed)
             cross_validated[test] = judged.subset(test).ranked_slice(candidate, progress).reciprocal_ranks(spec)
         finally:
             discard(directory)
@@ -92,15 +93,19 @@ def adapt_on_feedback(model: TicketModel, judged: JudgedQueries, knowledge_base:
     files = adapt(*zip(*(judgements + mined)), directory, base=base, seed=seed, lr=LEARNING_RATE,
                   epochs=EPOCHS, progress=progress)
     record = {"feedback": {k: report[k] for k in ("feedback_pairs", "mined_pairs", "cross_validated", "current")}}
-    return _with_encoder(model, directory, files, record), report
+    return _with_encoder(model, directory, files, record, knowledge_base, seed), report
 
 
-def _with_encoder(model: TicketModel, directory: Path, files: dict[str, str], extra: dict) -> TicketModel:
-    """A copy of `model` whose S encoder is the adapted one in `directory` (its files' SHA-256 `files`)."""
+def _with_encoder(model: TicketModel, directory: Path, files: dict[str, str], extra: dict,
+                  knowledge_base: Sequence[Ticket], seed: int) -> TicketModel:
+    """A copy of `model` whose S encoder is the adapted one in `directory` (its files' SHA-256 `files`); on the
+    static backend, its vectors fitted to `knowledge_base` again from the adapted encoder (`static_fit.py`)."""
     tuned = copy.deepcopy(model)
     own = dict(model.meta.get("sentence_encoder") or {"base": (model.s_channel or {}).get("encoder")})
+    own.pop("static_fit", None)
     tuned.meta["sentence_encoder"] = {**own, "loss": "MultipleNegativesRankingLoss", "files": files, **extra}
     tuned.sentence_encoder_dir = Path(directory)
+    fit_static_encoder(tuned, knowledge_base, seed)  # nothing unless S runs on the static backend
     tuned.invalidate()
     return tuned
 

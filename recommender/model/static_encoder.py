@@ -7,7 +7,8 @@ is encoded alone ([CLS] piece [SEP], mean of the transformer's outputs), the vec
 vector is then the mean of its pieces' vectors (`model2vec.StaticModel`), normalised. (model2vec's own `distill`
 needs its `distill` extra, which is not installed here; its inference class is all this uses of it.)
 
-Built once per encoder under `$TICKETREC_HOME/cache/encoders/<key>/`, like the ONNX exports (`onnx_encoder.py`):
+A model fitted to its knowledge base (`static_fit.py`) carries its own vectors in its encoder directory
+(`static_fit/`), read instead of the distillation. The distillation is built once per encoder under `$TICKETREC_HOME/cache/encoders/<key>/`, like the ONNX exports (`onnx_encoder.py`):
 written aside and renamed into place under a lock, every file's SHA-256 in `manifest.json`, checked on load, and
 built again when damaged. What it costs in ranking quality is in docs/results/encoders.md.
 """
@@ -32,6 +33,8 @@ RECIPE = 1
 PCA_DIMS = 256
 #: SIF's a: frequent pieces (a low rank) weigh less.
 SIF_COEFFICIENT = 1e-4
+#: Where an encoder directory keeps static vectors fitted to a knowledge base (`static_fit.py`), read when present.
+STATIC_FIT_DIR = "static_fit"
 #: Pieces encoded per forward pass while distilling.
 DISTILL_BATCH = 512
 
@@ -138,13 +141,19 @@ class StaticEncoder(SentenceEncoder):
                              "install it or choose another TICKETREC_ENCODER_BACKEND") from exc
 
         self.directory, self.name, self.checksum = Path(directory), name, checksum
-        self.static_dir = ensure_static(self.directory, name, checksum, root)
+        fitted = self.directory / STATIC_FIT_DIR  # vectors fitted to a knowledge base (`static_fit.py`)
+        self.static_dir = fitted if (fitted / MANIFEST).is_file() else ensure_static(self.directory, name, checksum, root)
         manifest = _verified(self.static_dir) or {}
         self.dim, self.max_seq_length = int(manifest.get("dim", 0)), int(manifest.get("max_seq_length") or 256)
         try:
             self._static = StaticModel.from_pretrained(str(self.static_dir), force_download=False)
         except Exception as exc:
             raise ModelError(f"cannot load the static vectors {self.static_dir} ({exc}); remove it to rebuild") from exc
+
+    @property
+    def static_model(self):
+        """The word-piece vectors and tokenizer (a `model2vec.StaticModel`)."""
+        return self._static
 
     def _encode(self, texts, max_tokens, batch_size, progress):
         limit = min(max_tokens or self.max_seq_length, self.max_seq_length)

@@ -25,6 +25,8 @@ from .embeddings import CharVocabulary, align_vectors, load_word2vec, train_word
 from ..errors import InputError
 from .bundle import Prepared, TicketModel, _package_versions, build_topic_vocab, topic_documents
 from ..data.records import Query, Ticket
+from .adaptation import keep_saved_encoder
+from .static_fit import fit_static_encoder
 from .siamese import CHANNELS, ReplicatedSiameseLSTM, SiameseConfig, metric_distance
 from ..data.store import Dataset
 from ..lexical.bm25 import Bm25Scorer
@@ -349,6 +351,7 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
             "packages": _package_versions(), "kb_text": "train tickets + train queries" + (" + dev tickets" if dev else "")}
     model = TicketModel(config, vocab, chars, splitter, net, None, topic_model, topic_vocab, meta,
                         channel_encoders=channel_encoders)
+    static_fit = fit_static_encoder(model, kb_tickets, seed, progress)  # None unless S runs on the static backend
 
     tq, tt = model.prepare(train_pairs.queries, "query", progress), model.prepare(train_pairs.tickets, "ticket", progress)
     dq = dt = None
@@ -381,7 +384,7 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
     model.calibrator = Calibrator.fit(pair_scores(model, train_set), train_pairs.y)
     report = {"train_pairs": len(train_pairs), "dev_pairs": len(dev_pairs) if dev_pairs else 0,
               "dev_source": "held-out training queries" if held_out else "dev file", "history": history,
-              "weight_selection": selection, "initial_scale": scale}
+              "weight_selection": selection, "initial_scale": scale, "static_fit": static_fit}
     if dev_set is not None:
         report["dev"] = {k: v for k, v in evaluate(model, dev_set).items() if k != "pairs"}
     report["wall_seconds"] = round(time.time() - started, 1)
@@ -389,6 +392,8 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
     model.invalidate()
     if out_dir is not None:
         model.save(out_dir)
+        if static_fit:
+            keep_saved_encoder(model, out_dir)
     return model
 
 

@@ -38,6 +38,8 @@ from .augment import Augmenter, induce_synonyms
 from .bundle import Prepared, TicketModel, _package_versions
 from .calibration import Calibrator
 from .mining import MinedPairs, MiningConfig, mine_pairs, require_minable
+from .adaptation import keep_saved_encoder
+from .static_fit import fit_static_encoder
 from .siamese import MERGED, TABLE2_PAIRS, ReplicatedSiameseLSTM, SiameseConfig
 from .training import (PairSet, PreparedPairs, _seed_everything, _unit_scale, _unsupervised_parts,
                        dataset_fingerprint, fit, lexical_features, pair_scores, query_text)
@@ -349,9 +351,10 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
                            progress: bool) -> dict:
     """Fine-tune S on the training tickets' (query, own view) pairs (`adaptation.adapt`); keep it in `model` (meta
     "sentence_encoder" and `sentence_encoder_dir`) only when its held-out MRR@10 (query text against every view's
-    text, cosine) beats the packaged encoder's. Returns both figures and the decision."""
+    text, cosine) beats the packaged encoder's, both on the model's backend (on ONNX int8 for the static backend,
+    whose vectors are then fitted to the encoder kept). Returns both figures and the decision."""
     from .adaptation import adapt, discard, load_adapted, scratch_directory
-    from .pretrained import get_encoder
+    from .pretrained import get_encoder, selected
 
     rng = np.random.default_rng(seed + 3)
     clean_queries = {}
@@ -373,7 +376,10 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
     texts = [_view_text(mined.views[int(r)]) for r in ranked]
     queries = [query_text(q) for q in mined.held_out_queries]
     figures = {}
-    for name, encoder in (("base", get_encoder()), ("adapted", load_adapted(directory, files))):
+    backend = selected()[1]
+    if backend == "static":  # static vectors are fitted to the (adapted) transformer afterwards: judge that one
+        backend = "onnx-int8"
+    for name, encoder in (("base", get_encoder(backend)), ("adapted", load_adapted(directory, files, backend))):
         sim = encoder.encode(queries) @ encoder.encode(texts, progress=progress).T
         figures[name] = mrr_at_k(-sim, own)
     kept = figures["adapted"] > figures["base"]
@@ -384,15 +390,6 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
     else:
         discard(directory)
     return {**figures, "kept": kept, "pairs": len(anchors)}
-
-
-def keep_saved_encoder(model: TicketModel, out_dir: str | Path) -> None:
-    """After `model.save(out_dir)`: read an adapted encoder from the saved copy and remove its scratch directory."""
-    from .adaptation import ENCODER_DIR, discard
-
-    scratch = model.sentence_encoder_dir
-    model.sentence_encoder_dir = Path(out_dir) / ENCODER_DIR
-    discard(scratch)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -457,6 +454,14 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
             adapted = adapt_sentence_encoder(model, mined, mining, seed, progress)
         echo(f"sentence encoder S: held-out MRR@{MRR_K} {adapted['base']:.3f} packaged, {adapted['adapted']:.3f} "
              f"adapted on {adapted['pairs']:,} mined pairs: {'kept' if adapted['kept'] else 'not kept'}")
+    static_fit = None
+    if "S" in config.active_channels and (model.s_channel or {}).get("backend") == "static":
+        with stages("fitting the static S vectors to the knowledge base"):
+            static_fit = fit_static_encoder(model, tickets, seed, progress)
+        if static_fit:
+            echo(f"static S vectors fitted on {static_fit['texts']:,} texts of the knowledge base: held-out cosine "
+                 f"distance to the transformer {static_fit['held_out_distance_mapped']:.3f} mapped, "
+                 f"{static_fit['held_out_distance']:.3f} fitted ({static_fit['epochs']} epochs)")
     with stages("preparing texts (tokens, topics, sentence vectors)"):
         views = list(mined.views)
         train_pairs = PairSet(mined.train_queries, views, mined.train_q, mined.train_t, mined.train_y)
@@ -524,11 +529,12 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         "observable_pairs": [f"{a}|{b}" for (a, b, _), o in zip(config.metric_pairs, observable) if o],
         "labelled_pairs": len(labelled_pairs) if labelled_pairs is not None else 0,
         "calibration_pairs": int(len(y)), "stage_seconds": stages.seconds, "sentence_encoder": adapted,
+        "static_fit": static_fit,
         "wall_seconds": round(time.time() - started, 1)}
     model.invalidate()
     if out_dir is not None:
         model.save(out_dir)
-        if adapted and adapted["kept"]:
+        if (adapted and adapted["kept"]) or static_fit:
             keep_saved_encoder(model, out_dir)
     return model
 
