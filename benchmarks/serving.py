@@ -189,7 +189,7 @@ def encoding_profile(model, kb: str, seed: int, n: int) -> dict:
         patched.append(timed(model.topic_model, "transform", "DocNADE T"))
     if "S" in model.siamese_config.active_channels:
         encoder = model.sentence_encoder()
-        patched.append(timed(encoder, "encode", "sentence encoder S"))
+        patched.append(timed(encoder, "encode_groups", "sentence encoder S"))
     spent.clear()
     try:
         started = time.perf_counter()

@@ -151,7 +151,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TICKETREC_ENCODER_BACKEND", "encoder_backend", "onnx-int8",
             "how new models run the S encoder: onnx-int8 (ONNX Runtime, int8 weights), onnx (float32), torch "
             "(sentence-transformers) or static (word-piece vectors distilled from it, model2vec, and fitted to the "
-            "knowledge base at training: fastest, least accurate); exports are cached in `$TICKETREC_HOME/cache/encoders`", _encoder_backend),
+            "knowledge base at training: fastest, least accurate); exports are cached in "
+            "`$TICKETREC_HOME/cache/encoders`", _encoder_backend),
 )
 
 _BY_FIELD = {s.field: s for s in SETTINGS}

@@ -8,9 +8,10 @@ vector is then the mean of its pieces' vectors (`model2vec.StaticModel`), normal
 needs its `distill` extra, which is not installed here; its inference class is all this uses of it.)
 
 A model fitted to its knowledge base (`static_fit.py`) carries its own vectors in its encoder directory
-(`static_fit/`), read instead of the distillation. The distillation is built once per encoder under `$TICKETREC_HOME/cache/encoders/<key>/`, like the ONNX exports (`onnx_encoder.py`):
-written aside and renamed into place under a lock, every file's SHA-256 in `manifest.json`, checked on load, and
-built again when damaged. What it costs in ranking quality is in docs/results/encoders.md.
+(`static_fit/`), read instead of the distillation. The distillation is built once per encoder under
+`$TICKETREC_HOME/cache/encoders/<key>/`, like the ONNX exports (`onnx_encoder.py`): written aside and renamed
+into place under a lock, every file's SHA-256 in `manifest.json`, checked on load, and built again when damaged.
+What it costs in ranking quality is in docs/results/encoders.md.
 """
 from __future__ import annotations
 
@@ -142,7 +143,10 @@ class StaticEncoder(SentenceEncoder):
 
         self.directory, self.name, self.checksum = Path(directory), name, checksum
         fitted = self.directory / STATIC_FIT_DIR  # vectors fitted to a knowledge base (`static_fit.py`)
-        self.static_dir = fitted if (fitted / MANIFEST).is_file() else ensure_static(self.directory, name, checksum, root)
+        if (fitted / MANIFEST).is_file():
+            self.static_dir = fitted
+        else:
+            self.static_dir = ensure_static(self.directory, name, checksum, root)
         manifest = _verified(self.static_dir) or {}
         self.dim, self.max_seq_length = int(manifest.get("dim", 0)), int(manifest.get("max_seq_length") or 256)
         try:

@@ -111,7 +111,8 @@ def fit_vectors(static: SentenceEncoder, teacher: SentenceEncoder, texts: Sequen
         if now < best:
             best, best_vectors, best_epoch = now, bag.weight.detach().clone(), epoch
     report = {"texts": int(len(ids)), "held_out_texts": int(n_held), "held_out_distance_mapped": round(first, 4),
-              "held_out_distance": round(best, 4), "epochs": best_epoch, "max_epochs": EPOCHS, "teacher": teacher.backend}
+              "held_out_distance": round(best, 4), "epochs": best_epoch, "max_epochs": EPOCHS,
+              "teacher": teacher.backend}
     return best_vectors.numpy().astype(np.float32), report
 
 
@@ -154,7 +155,8 @@ def fit_static_encoder(model, tickets: Sequence[Ticket], seed: int = 0, progress
     own = dict(model.meta.get("sentence_encoder") or {"base": static.name})
     model.meta["sentence_encoder"] = {**own, "files": files, "static_fit": report}
     model.sentence_encoder_dir = directory
-    fitted = load_encoder(directory, files, "static", name=f"{static.name}, static vectors fitted to the knowledge base")
+    fitted = load_encoder(directory, files, "static",
+                          name=f"{static.name}, static vectors fitted to the knowledge base")
     model.meta["s_channel"] = model.s_channel = channel_record(fitted, record.get("max_tokens"))
     model.invalidate()
     return report
