@@ -232,7 +232,8 @@ def prefilter_index(quiet: bool) -> None:
               help="the S channel's encoder: a local sentence-transformers model directory, copied into the model "
                    "(implies --pretrained; default: TICKETREC_ENCODER, else the packaged all-MiniLM-L6-v2)")
 @click.option("--encoder-backend", type=click.Choice(["onnx-int8", "onnx", "torch", "static"]), default=None,
-              help="how the S encoder runs (default: TICKETREC_ENCODER_BACKEND, onnx-int8)")
+              help="how the S encoder runs (default: TICKETREC_ENCODER_BACKEND, onnx-int8); static: word-piece "
+                   "vectors fitted to the training tickets, for knowledge bases too large for the transformer")
 @click.option("--with-feedback", is_flag=True,
               help="fine-tune the --base model on the stored feedback (YES 5, REL 3, NO 1) plus any --train pairs; "
                    "a model that ranks with S also gets its sentence encoder adapted on the judgements, kept only "
