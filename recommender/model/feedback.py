@@ -20,7 +20,7 @@ from .calibration import Calibrator
 from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fit, lexical_features, mean_distance,
                        pair_scores, split_queries)
 from .feedback_encoder import adapt_on_feedback
-from .judged import JudgedQueries, judged_queries
+from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
 from .unsupervised import CALIBRATION_NEGATIVES, select_by_rank
 from ..lexical.bm25 import Bm25Scorer
@@ -213,8 +213,7 @@ def reselect_weights(model: TicketModel, judged: JudgedQueries, seed: int = 0, p
             continue
         chosen_f, _, _ = select_by_rank([ranked.queries(train_q)], spec, config.grid)
         selected[test_q] = ranked.queries(test_q).reciprocal_ranks(chosen_f)
-    diff = selected - current
-    gain, stderr = float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))
+    gain, stderr = paired_gain(selected, current)
     changed = gain > stderr
     chosen, value, _ = select_by_rank([ranked], spec, config.grid)
     if changed:

@@ -23,7 +23,7 @@ import numpy as np
 from ..data.records import Ticket
 from .bundle import TicketModel
 from .char_siamese import component_text
-from .judged import JudgedQueries
+from .judged import JudgedQueries, paired_gain
 from .mining import MiningConfig, split_ticket
 from .static_fit import fit_static_encoder
 from .training import query_text
@@ -82,8 +82,7 @@ def adapt_on_feedback(model: TicketModel, judged: JudgedQueries, knowledge_base:
             cross_validated[test] = judged.subset(test).ranked_slice(candidate, progress).reciprocal_ranks(spec)
         finally:
             discard(directory)
-    diff = cross_validated - current
-    gain, stderr = float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))
+    gain, stderr = paired_gain(cross_validated, current)
     report = {"queries": len(judged), "feedback_pairs": len(judgements), "mined_pairs": len(mined),
               "folds": ADAPT_FOLDS, "current": float(current.mean()), "cross_validated": float(cross_validated.mean()),
               "stderr": stderr, "kept": gain > MIN_GAIN}

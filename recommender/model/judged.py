@@ -84,6 +84,12 @@ class JudgedQueries:
         return RankedSlice(dist, lex, self.truth, observable)
 
 
+def paired_gain(new: np.ndarray, current: np.ndarray) -> tuple[float, float]:
+    """(mean gain, its standard error) of per-query figures `new` over `current` on the same queries."""
+    diff = np.asarray(new, np.float64) - np.asarray(current, np.float64)
+    return float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))
+
+
 def judged_queries(train_queries: Sequence[Query], judgements: Sequence[tuple[str, str, float]],
                    knowledge_base: Sequence[Ticket], judged_tickets: Sequence[Ticket], relevant_min: float,
                    seed: int = 0) -> JudgedQueries:

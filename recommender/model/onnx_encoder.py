@@ -383,7 +383,8 @@ class OnnxEncoder(SentenceEncoder):
         if self._executor is None or self._executor_pid != os.getpid():
             with self._lock:
                 if self._executor is None or self._executor_pid != os.getpid():
-                    self._executor = ThreadPoolExecutor(self._workers, thread_name_prefix="ticketrec-s")
+                    # the calling thread runs a share itself (`_encode_groups`): the pool needs one thread fewer
+                    self._executor = ThreadPoolExecutor(max(1, self._workers - 1), thread_name_prefix="ticketrec-s")
                     self._executor_pid = os.getpid()
         return self._executor
 

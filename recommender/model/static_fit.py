@@ -134,6 +134,11 @@ def write_fitted(source: Path, static: SentenceEncoder, vectors: np.ndarray, out
     return file_checksums(out)
 
 
+def runs_static(model) -> bool:
+    """Whether `model` (a TicketModel) weighs S and computes it on the static backend."""
+    return "S" in model.siamese_config.active_channels and (model.s_channel or {}).get("backend") == "static"
+
+
 def fit_static_encoder(model, tickets: Sequence[Ticket], seed: int = 0, progress: bool = False) -> dict | None:
     """When `model` (a TicketModel) computes S on the static backend: fit its vectors to `tickets` (`fit_vectors`,
     the teacher the same encoder on ONNX int8), make the result the model's own encoder (meta "sentence_encoder",
@@ -142,9 +147,9 @@ def fit_static_encoder(model, tickets: Sequence[Ticket], seed: int = 0, progress
     from .adaptation import scratch_directory
     from .pretrained import channel_record, load_encoder
 
-    record = model.s_channel or {}
-    if "S" not in model.siamese_config.active_channels or record.get("backend") != "static":
+    if not runs_static(model):
         return None
+    record = model.s_channel
     texts = fit_texts(tickets, seed)
     if len(texts) < MIN_TEXTS:
         return None

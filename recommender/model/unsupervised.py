@@ -39,7 +39,7 @@ from .bundle import Prepared, TicketModel, _package_versions
 from .calibration import Calibrator
 from .mining import MinedPairs, MiningConfig, mine_pairs, require_minable
 from .adaptation import keep_saved_encoder
-from .static_fit import fit_static_encoder
+from .static_fit import fit_static_encoder, runs_static
 from .siamese import MERGED, TABLE2_PAIRS, ReplicatedSiameseLSTM, SiameseConfig
 from .training import (PairSet, PreparedPairs, _seed_everything, _unit_scale, _unsupervised_parts,
                        dataset_fingerprint, fit, lexical_features, pair_scores, query_text)
@@ -455,7 +455,7 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         echo(f"sentence encoder S: held-out MRR@{MRR_K} {adapted['base']:.3f} packaged, {adapted['adapted']:.3f} "
              f"adapted on {adapted['pairs']:,} mined pairs: {'kept' if adapted['kept'] else 'not kept'}")
     static_fit = None
-    if "S" in config.active_channels and (model.s_channel or {}).get("backend") == "static":
+    if runs_static(model):
         with stages("fitting the static S vectors to the knowledge base"):
             static_fit = fit_static_encoder(model, tickets, seed, progress)
         if static_fit:
