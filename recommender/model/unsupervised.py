@@ -179,17 +179,13 @@ class RankedSlice:
                            self.truth[mask], self.observable)
 
 
-def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
-                   progress: bool = False) -> tuple[dict, float, dict]:
-    """The simplest grid combination whose held-out MRR@10 (over the queries of all `slices`) is within one standard
-    error of the best one.
+def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict,
+                 progress: bool = False) -> list[tuple[dict, int, np.ndarray]]:
+    """Every combination of the weight `grid` ranked over the queries of all `slices`, in grid order: (its spec,
+    the number of channels it uses with BM25 counted as one, per-query 1/rank within the top 10).
 
-    The one-standard-error rule (Breiman et al. 1984): combinations that a few hundred held-out queries cannot
-    tell apart are equally good, and the one with the fewest channels (BM25 counted as one) is the least likely
-    to carry noise to queries unlike the mined ones; ties go to the higher MRR, then to grid order.
     `spec` is the current metric spec (`net.metric_spec()`); the pairs observable in some slice are searched, the
     others keep `spec`; BM25 is searched when every slice has its lexical feature.
-    Returns the chosen spec, its MRR@10 and {"best": the best MRR@10, "stderr": its standard error}.
     """
     pairs = [(a, b) for a, b, _ in spec["pairs"]]
     channels = list(spec["channels"])
@@ -199,12 +195,10 @@ def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
     use_bm25 = all(s.lexical is not None for s in slices)
     bm25_axis = list(grid.get("bm25", [spec["bm25"]])) if use_bm25 else [0.0]
     lex = [(1.0 - s.lexical) if use_bm25 else 0.0 for s in slices]
-    n_queries = sum(len(s.truth) for s in slices)
-    results: list[tuple[float, int, tuple, np.ndarray]] = []  # (MRR, channels used, combination, per-query RR)
-
-    pair_combos = list(itertools.product(*pair_axes))
-    channel_combos = [c for c in itertools.product(*channel_axes)]
-    for pw in tqdm(pair_combos, desc="selecting weights", disable=not progress, leave=False):
+    results: list[tuple[dict, int, np.ndarray]] = []
+    channel_combos = list(itertools.product(*channel_axes))
+    for pw in tqdm(list(itertools.product(*pair_axes)), desc="ranking weight combinations", disable=not progress,
+                   leave=False):
         # unobservable pairs are constant per query: leave them out of each slice's ranking
         per_channel = [np.einsum("pcqn,p->cqn", s.dist, np.asarray(pw) * np.asarray(s.observable, bool))
                        for s in slices]
@@ -216,15 +210,31 @@ def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
                     continue
                 rr = np.concatenate([reciprocal_ranks(d + wb * lx if wb else d, s.truth)
                                      for d, lx, s in zip(d_channels, lex, slices)])
-                results.append((float(rr.mean()), sum(1 for w in cw if w) + int(bool(wb)), (pw, cw, wb), rr))
-    top = max(range(len(results)), key=lambda i: (results[i][0], -i))
-    stderr = float(results[top][3].std(ddof=1) / np.sqrt(n_queries)) if n_queries > 1 else 0.0
-    near = [i for i, r in enumerate(results) if r[0] >= results[top][0] - stderr]
-    chosen = min(near, key=lambda i: (results[i][1], -results[i][0], i))
-    best_value, _, (pw, cw, wb), _ = results[chosen]
-    return ({"pairs": [[a, b, float(v)] for (a, b), v in zip(pairs, pw)],
-             "channels": {c: float(v) for c, v in zip(channels, cw)}, "bm25": float(wb) if use_bm25 else spec["bm25"]},
-            float(best_value), {"best": results[top][0], "stderr": stderr})
+                combo = {"pairs": [[a, b, float(v)] for (a, b), v in zip(pairs, pw)],
+                         "channels": {c: float(v) for c, v in zip(channels, cw)},
+                         "bm25": float(wb) if use_bm25 else spec["bm25"]}
+                results.append((combo, sum(1 for w in cw if w) + int(bool(wb)), rr))
+    return results
+
+
+def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
+                   progress: bool = False) -> tuple[dict, float, dict]:
+    """The simplest grid combination (`grid_results`) whose held-out MRR@10 (over the queries of all `slices`) is
+    within one standard error of the best one.
+
+    The one-standard-error rule (Breiman et al. 1984): combinations that a few hundred held-out queries cannot
+    tell apart are equally good, and the one with the fewest channels (BM25 counted as one) is the least likely
+    to carry noise to queries unlike the mined ones; ties go to the higher MRR, then to grid order.
+    Returns the chosen spec, its MRR@10 and {"best": the best MRR@10, "stderr": its standard error}.
+    """
+    results = grid_results(slices, spec, grid, progress)
+    means = [float(rr.mean()) for _, _, rr in results]
+    top = max(range(len(results)), key=lambda i: (means[i], -i))
+    n_queries = len(results[top][2])
+    stderr = float(results[top][2].std(ddof=1) / np.sqrt(n_queries)) if n_queries > 1 else 0.0
+    near = [i for i, m in enumerate(means) if m >= means[top] - stderr]
+    chosen = min(near, key=lambda i: (results[i][1], -means[i], i))
+    return results[chosen][0], means[chosen], {"best": means[top], "stderr": stderr}
 
 
 def ranked_rows(n_views: int, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -248,17 +258,14 @@ def _ranked_slice(model: TicketModel, queries: Prepared, query_texts: Sequence[s
     return RankedSlice(dist, lex, np.searchsorted(ranked, truth), [o and v for o, v in zip(observable, varies)])
 
 
-def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPairs, views: Prepared,
-                       view_scorer: Bm25Scorer | None, observable: list[bool], seed: int,
-                       progress: bool) -> tuple[dict, list[bool]]:
-    """Rank the views (all, or `MAX_RANKED_VIEWS` of them with every held-out ticket's own) for each held-out
-    query, and the full views for each paraphrase query (`mining.py`), select the weights by rank over both
-    (`select_by_rank`) and set them on `model`. Returns the selection report and the pairs that were observable
-    (a pair whose distance is the same for every view of a query, e.g. no ticket has a SOLUTION, cannot change a
-    ranking and is not; the ticket's SUBJECT is observable through the paraphrase queries only)."""
-    net = model.net
+def selection_slices(model: TicketModel, mined: MinedPairs, held_queries: Prepared, views: Prepared,
+                     view_scorer: Bm25Scorer | None, observable: list[bool], seed: int,
+                     progress: bool = False) -> dict[str, RankedSlice]:
+    """The rankings the weights are selected on: each held-out query (`held_queries`, prepared) against the views
+    (all, or `MAX_RANKED_VIEWS` of them with every held-out ticket's own; `views` prepared), and each paraphrase
+    query (`mining.py`) against the same tickets' full views. {"held-out": …, "paraphrase": … (when mined)}."""
     ranked = ranked_rows(len(mined.views), mined.held_out_truth, np.random.default_rng(seed + 2))
-    slices = {"held-out": _ranked_slice(model, held.queries, [query_text(q) for q in held.pairs.queries],
+    slices = {"held-out": _ranked_slice(model, held_queries, [query_text(q) for q in mined.held_out_queries],
                                         Prepared(*views.rows(ranked)), ranked, mined.held_out_truth, view_scorer,
                                         observable)}
     if mined.paraphrase_queries:
@@ -268,6 +275,19 @@ def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPair
             [query_text(q) for q in mined.paraphrase_queries],
             model.prepare([mined.full_views[int(r)] for r in ranked], "ticket", progress), ranked,
             mined.paraphrase_truth, full_scorer, [True] * len(observable))
+    return slices
+
+
+def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPairs, views: Prepared,
+                       view_scorer: Bm25Scorer | None, observable: list[bool], seed: int,
+                       progress: bool) -> tuple[dict, list[bool]]:
+    """Select the weights by rank over the held-out and paraphrase queries (`selection_slices`, `select_by_rank`)
+    and set them on `model`. Returns the selection report and the pairs that were observable (a pair whose
+    distance is the same for every view of a query, e.g. no ticket has a SOLUTION, cannot change a ranking and is
+    not; the ticket's SUBJECT is observable through the paraphrase queries only)."""
+    net = model.net
+    slices = selection_slices(model, mined, held.queries, views, view_scorer, observable, seed, progress)
+    n_views = slices["held-out"].dist.shape[-1]  # the views each held-out query ranks
     trained = net.metric_spec()
     chosen, value, best = select_by_rank(list(slices.values()), trained, model.siamese_config.grid, progress)
 
@@ -278,7 +298,7 @@ def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPair
     alone = {}
     for c in list(trained["channels"]) + (["bm25"] if use_bm25 else []):
         alone[c] = mrr(dict(chosen, channels={k: float(k == c) for k in chosen["channels"]}, bm25=float(c == "bm25")))
-    report = {"objective": f"held-out MRR@{MRR_K} of the own ticket among {len(ranked)} views "
+    report = {"objective": f"held-out MRR@{MRR_K} of the own ticket among {n_views} views "
                            f"({', '.join(f'{len(s.truth)} {name} queries' for name, s in slices.items())})",
               "value": value, "best": best["best"], "stderr": best["stderr"], "before": mrr(trained),
               "alone": alone, "by_slice": {name: s.mrr(chosen) for name, s in slices.items()}, "spec": chosen}
@@ -395,6 +415,14 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
 # ---------------------------------------------------------------------------------------------------------------
 # the recipe
 # ---------------------------------------------------------------------------------------------------------------
+def vocabulary_augmenter(vocab, vectors: np.ndarray, seed: int) -> Augmenter:
+    """The augmenter of label-free mining: synonyms induced from the model's word vectors (one row per token of
+    `vocab`, a `Vocabulary`), extra words from its frequent words."""
+    synonyms = induce_synonyms(vocab.tokens, vectors, vocab.counts)
+    extra = [w for w, c in zip(vocab.tokens, vocab.counts) if c >= 3 and w.isalpha() and len(w) > 2][:5000]
+    return Augmenter(synonyms, extra, seed=seed)
+
+
 def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None = None,
                          out_dir: str | Path | None = None, *, seed: int = 0, labelled: Dataset | None = None,
                          mining: MiningConfig | dict | None = None, word_vectors: str | Path | None = None,
@@ -434,15 +462,12 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
          "their char-BiLSTM part still represents them")
 
     with stages("mining pairs"):
-        counts = vocab.counts
-        synonyms = induce_synonyms(vocab.tokens, vectors, counts)
-        extra = [w for w, c in zip(vocab.tokens, counts) if c >= 3 and w.isalpha() and len(w) > 2][:5000]
-        augmenter = Augmenter(synonyms, extra, seed=seed)
+        augmenter = vocabulary_augmenter(vocab, vectors, seed)
         mined = mine_pairs(tickets, mining, seed, augmenter)
     s = mined.stats
     echo(f"mined {s['train_pairs']:,} training pairs ({s['train_queries']:,} queries from "
          f"{s['minable_tickets'] - s['held_out_tickets']:,} tickets, {s['augmented_queries']:,} of them augmented; "
-         f"{len(synonyms):,} words with induced synonyms) and {s['held_out_pairs']:,} held-out pairs "
+         f"{len(augmenter.synonyms):,} words with induced synonyms) and {s['held_out_pairs']:,} held-out pairs "
          f"({s['held_out_tickets']:,} tickets); 1 positive : {mining.negatives} negatives "
          f"({int(round(mining.negatives * mining.hard_share))} hard)"
          + (f"; plus {len(labelled_pairs):,} labelled pairs ×{mining.labelled_weight}" if labelled_pairs else ""))
