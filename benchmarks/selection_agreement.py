@@ -182,6 +182,9 @@ def main(argv=None) -> int:
           + (f", {int((scores[near, 0] > scores[base, 0]).sum())} of them above BM25 alone" if base is not None else "")
           + f". The best on the target is {(mined[top] - mined[best_target]) / stderr:.1f} standard errors below the "
             f"best mined MRR@10.")
+    print("Each target figure at its best, over the grid / over the combinations within one standard error: "
+          + ", ".join(f"{m} {scores[:, j].max():.3f} / {scores[near, j].max():.3f}" for j, m in enumerate(metrics))
+          + ".")
     print(f"Spearman correlation of mined MRR@10 and the target over the grid: "
           f"{spearmanr(mined, scores[:, 0])[0]:.3f}.  ({time.time() - started:.0f} s)")
     return 0
