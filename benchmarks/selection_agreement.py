@@ -43,8 +43,9 @@ from recommender.lexical.bm25 import Bm25Scorer  # noqa: E402
 from recommender.model.bundle import TicketModel  # noqa: E402
 from recommender.model.mining import MiningConfig, mine_pairs  # noqa: E402
 from recommender.model.pairs import dataset_fingerprint  # noqa: E402
-from recommender.model.unsupervised import (RankedSlice, grid_results, observable_pairs, rank_distances,  # noqa: E402
-                                            reciprocal_ranks, selection_slices, vocabulary_augmenter)
+from recommender.model.unsupervised import (RankedSlice, combination_spec, grid_results,  # noqa: E402
+                                            observable_pairs, rank_distances, selection_slices,
+                                            vocabulary_augmenter)
 
 DATA = ROOT.parent / "shared" / "data"
 SEAMONKEY = DATA / "seamonkey" / "SeaMonkey_bugs.csv"
@@ -152,21 +153,27 @@ def main(argv=None) -> int:
     slices = mined_slices(model, model_dir, tickets)
     name, target = (duplicates_target(model, tickets) if args.kb == "seamonkey" else semeval_target(model))
     spec, grid = model.net.metric_spec(), model.siamese_config.grid
-    results = grid_results(list(slices.values()), spec, grid)
-    mined = np.array([rr.mean() for _, _, rr in results])
-    scores = np.array([target(combo) for combo, _, _ in results])
+    combos, used, mined, scores, top_rr = [], [], [], [], None
+    for combination, n_used, rr in grid_results(list(slices.values()), spec, grid):
+        combos.append(combination_spec(spec, combination))
+        used.append(n_used)
+        mined.append(float(rr.mean()))
+        scores.append(target(combos[-1]))
+        if top_rr is None or mined[-1] > top_rr.mean():
+            top_rr = rr
+    mined, scores = np.array(mined), np.array(scores)
     top = int(np.argmax(mined))
-    stderr = float(results[top][2].std(ddof=1) / np.sqrt(len(results[top][2])))
+    stderr = float(top_rr.std(ddof=1) / np.sqrt(len(top_rr)))
     near = np.flatnonzero(mined >= mined[top] - stderr)
-    chosen = min(near, key=lambda i: (results[i][1], -mined[i], i))
-    bm25 = [i for i, (c, _, _) in enumerate(results) if not any(c["channels"].values())]
+    chosen = min(near, key=lambda i: (used[i], -mined[i], i))
+    bm25 = [i for i, c in enumerate(combos) if not any(c["channels"].values())]
     base = max(bm25, key=lambda i: mined[i]) if bm25 else None
     best_target = int(np.argmax(scores[:, 0]))
     recorded = model.meta["training"].get("weight_selection") or {}
 
     print(f"\n### Weight selection on mined queries against {name}\n")
     print(f"command: .venv/bin/python benchmarks/{Path(__file__).name} {' '.join(sys.argv[1:] if argv is None else argv)}")
-    print(f"model {model_dir} ({model.version[:12]}); {len(results):,} weight combinations; mined queries: "
+    print(f"model {model_dir} ({model.version[:12]}); {len(combos):,} weight combinations; mined queries: "
           + ", ".join(f"{len(s.truth)} {k}" for k, s in slices.items())
           + f"; selection reproduced: {mined[chosen]:.4f} (training recorded {recorded.get('value', float('nan')):.4f})\n")
     metrics = name.split(": ", 1)[1].split(", ")
@@ -176,7 +183,7 @@ def main(argv=None) -> int:
     rows += [("BM25 alone", base)] if base is not None else []
     rows += [("best on the target", best_target)]
     for label, i in rows:
-        print(f"| {label} | {mined[i]:.3f} | " + " | ".join(f"{v:.3f}" for v in scores[i]) + f" | {short(results[i][0])} |")
+        print(f"| {label} | {mined[i]:.3f} | " + " | ".join(f"{v:.3f}" for v in scores[i]) + f" | {short(combos[i])} |")
     print(f"\nWithin one standard error ({stderr:.3f}) of the best mined MRR@10: {len(near)} combinations; on the "
           f"target {scores[near, 0].min():.3f}–{scores[near, 0].max():.3f} (median {np.median(scores[near, 0]):.3f})"
           + (f", {int((scores[near, 0] > scores[base, 0]).sum())} of them above BM25 alone" if base is not None else "")

@@ -16,8 +16,8 @@ from recommender.model.bundle import TicketModel
 from recommender.model.calibration import Calibrator
 from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs
 from recommender.model.siamese import MERGED
-from recommender.model.unsupervised import (LABEL_FREE_GRID, RANK_LOSS, RankedSlice, grid_results, mrr_at_k,
-                                            select_by_rank, train_without_labels)
+from recommender.model.unsupervised import (LABEL_FREE_GRID, RANK_LOSS, RankedSlice, combination_spec, grid_results,
+                                            mrr_at_k, select_by_rank, train_without_labels)
 
 #: The tiny dimensions of tests/conftest.py's models, no pretrained channel (no MiniLM in a unit test).
 TINY = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 6, "topic_vocab": 80, "topic_epochs": 2,
@@ -95,22 +95,25 @@ def test_selection_by_rank_pools_the_slices_and_searches_a_pair_one_slice_shows(
 
 
 def test_every_grid_combination_is_the_spec_that_ranks_as_it_says():
-    """`grid_results` lists each combination of the grid once, with the spec whose ranking (`RankedSlice`) gives
-    exactly its per-query reciprocal ranks, BM25 included; the selection picks one of them."""
+    """`grid_results` gives each combination of the grid once, and the spec of each (`combination_spec`) ranks the
+    slices (`RankedSlice`) exactly as its per-query reciprocal ranks say, BM25 included; the selection picks one."""
     rng = np.random.default_rng(0)
     n = 7
     slices = [RankedSlice(rng.random((2, 2, n, n)).astype(np.float32), rng.random((n, n)), rng.permutation(n),
                           [True, obs]) for obs in (False, True)]
     spec = {"pairs": [["SUB", "SUB", 0.3], ["SUB", "DESC", 0.1]], "channels": {"E": 1.0, "T": 0.0}, "bm25": 0.3}
     grid = {"SUB|SUB": [0.0, 0.3], "SUB|DESC": [0.1, 0.4], "E": [0.0, 1.0], "T": [0.0, 0.3], "bm25": [0.0, 1.0]}
-    results = grid_results(slices, spec, grid)
+    results = [(combination_spec(spec, c), used, rr) for c, used, rr in grid_results(slices, spec, grid)]
     assert len(results) == 2 * 2 * (2 * 2 * 2 - 1)  # every combination but the one with no channel and no BM25
     assert len({json.dumps(combo, sort_keys=True) for combo, _, _ in results}) == len(results)
     for combo, used, rr in results:
         assert np.array_equal(rr, np.concatenate([s.reciprocal_ranks(combo) for s in slices]))
         assert used == sum(1 for v in combo["channels"].values() if v) + int(combo["bm25"] > 0)
-    chosen, value, _ = select_by_rank(slices, spec, grid)
+    chosen, value, best = select_by_rank(slices, spec, grid)
     assert any(combo == chosen and rr.mean() == value for combo, _, rr in results)
+    assert best["best"] == max(rr.mean() for _, _, rr in results)
+    without_bm25 = [RankedSlice(s.dist, None, s.truth, s.observable) for s in slices]
+    assert {combination_spec(spec, c)["bm25"] for c, _, _ in grid_results(without_bm25, spec, grid)} == {0.3}
 
 
 def test_label_free_model_ranks_a_held_out_ticket_above_random_ones(label_free):

@@ -180,22 +180,20 @@ class RankedSlice:
 
 
 def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict,
-                 progress: bool = False) -> list[tuple[dict, int, np.ndarray]]:
-    """Every combination of the weight `grid` ranked over the queries of all `slices`, in grid order: (its spec,
-    the number of channels it uses with BM25 counted as one, per-query 1/rank within the top 10).
+                 progress: bool = False) -> Iterator[tuple[tuple, int, np.ndarray]]:
+    """Every combination of the weight `grid` ranked over the queries of all `slices`, in grid order: (the
+    combination, whose spec `combination_spec` gives; the number of channels it uses, BM25 counted as one;
+    per-query 1/rank within the top 10). A generator: a caller keeps what it needs of each.
 
     `spec` is the current metric spec (`net.metric_spec()`); the pairs observable in some slice are searched, the
     others keep `spec`; BM25 is searched when every slice has its lexical feature.
     """
-    pairs = [(a, b) for a, b, _ in spec["pairs"]]
-    channels = list(spec["channels"])
     searched = np.any([np.asarray(s.observable, bool) for s in slices], axis=0)
     pair_axes = [list(grid.get(f"{a}|{b}", [v])) if obs else [v] for (a, b, v), obs in zip(spec["pairs"], searched)]
-    channel_axes = [list(grid.get(c, [spec["channels"][c]])) for c in channels]
+    channel_axes = [list(grid.get(c, [spec["channels"][c]])) for c in spec["channels"]]
     use_bm25 = all(s.lexical is not None for s in slices)
-    bm25_axis = list(grid.get("bm25", [spec["bm25"]])) if use_bm25 else [0.0]
+    bm25_axis = list(grid.get("bm25", [spec["bm25"]])) if use_bm25 else [None]
     lex = [(1.0 - s.lexical) if use_bm25 else 0.0 for s in slices]
-    results: list[tuple[dict, int, np.ndarray]] = []
     channel_combos = list(itertools.product(*channel_axes))
     for pw in tqdm(list(itertools.product(*pair_axes)), desc="ranking weight combinations", disable=not progress,
                    leave=False):
@@ -210,11 +208,15 @@ def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict,
                     continue
                 rr = np.concatenate([reciprocal_ranks(d + wb * lx if wb else d, s.truth)
                                      for d, lx, s in zip(d_channels, lex, slices)])
-                combo = {"pairs": [[a, b, float(v)] for (a, b), v in zip(pairs, pw)],
-                         "channels": {c: float(v) for c, v in zip(channels, cw)},
-                         "bm25": float(wb) if use_bm25 else spec["bm25"]}
-                results.append((combo, sum(1 for w in cw if w) + int(bool(wb)), rr))
-    return results
+                yield (pw, cw, wb), sum(1 for w in cw if w) + int(bool(wb)), rr
+
+
+def combination_spec(spec: dict, combination: tuple) -> dict:
+    """The metric spec of one `grid_results` combination (BM25 kept from `spec` where it was not searched)."""
+    pw, cw, wb = combination
+    return {"pairs": [[a, b, float(v)] for (a, b, _), v in zip(spec["pairs"], pw)],
+            "channels": {c: float(v) for c, v in zip(spec["channels"], cw)},
+            "bm25": spec["bm25"] if wb is None else float(wb)}
 
 
 def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
@@ -227,14 +229,19 @@ def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
     to carry noise to queries unlike the mined ones; ties go to the higher MRR, then to grid order.
     Returns the chosen spec, its MRR@10 and {"best": the best MRR@10, "stderr": its standard error}.
     """
-    results = grid_results(slices, spec, grid, progress)
-    means = [float(rr.mean()) for _, _, rr in results]
-    top = max(range(len(results)), key=lambda i: (means[i], -i))
-    n_queries = len(results[top][2])
-    stderr = float(results[top][2].std(ddof=1) / np.sqrt(n_queries)) if n_queries > 1 else 0.0
-    near = [i for i, m in enumerate(means) if m >= means[top] - stderr]
-    chosen = min(near, key=lambda i: (results[i][1], -means[i], i))
-    return results[chosen][0], means[chosen], {"best": means[top], "stderr": stderr}
+    combinations, used, means = [], [], []
+    top_rr = None
+    for combination, n_used, rr in grid_results(slices, spec, grid, progress):
+        combinations.append(combination)
+        used.append(n_used)
+        means.append(float(rr.mean()))
+        if top_rr is None or means[-1] > top_rr.mean():  # the first of equal bests, as grid order breaks ties
+            top_rr = rr
+    best = float(top_rr.mean())
+    stderr = float(top_rr.std(ddof=1) / np.sqrt(len(top_rr))) if len(top_rr) > 1 else 0.0
+    near = [i for i, m in enumerate(means) if m >= best - stderr]
+    chosen = min(near, key=lambda i: (used[i], -means[i], i))
+    return combination_spec(spec, combinations[chosen]), means[chosen], {"best": best, "stderr": stderr}
 
 
 def ranked_rows(n_views: int, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
