@@ -45,7 +45,7 @@ from recommender.model.mining import MiningConfig, mine_pairs  # noqa: E402
 from recommender.model.pairs import dataset_fingerprint  # noqa: E402
 from recommender.model.unsupervised import (RankedSlice, combination_spec, grid_results,  # noqa: E402
                                             observable_pairs, rank_distances, selection_slices,
-                                            vocabulary_augmenter)
+                                            simplest_within_one_se, vocabulary_augmenter)
 
 DATA = ROOT.parent / "shared" / "data"
 SEAMONKEY = DATA / "seamonkey" / "SeaMonkey_bugs.csv"
@@ -161,11 +161,10 @@ def main(argv=None) -> int:
         scores.append(target(combos[-1]))
         if top_rr is None or mined[-1] > top_rr.mean():
             top_rr = rr
+    chosen, stderr = simplest_within_one_se(mined, used, top_rr)  # the selection's own rule
     mined, scores = np.array(mined), np.array(scores)
     top = int(np.argmax(mined))
-    stderr = float(top_rr.std(ddof=1) / np.sqrt(len(top_rr)))
     near = np.flatnonzero(mined >= mined[top] - stderr)
-    chosen = min(near, key=lambda i: (used[i], -mined[i], i))
     bm25 = [i for i, c in enumerate(combos) if not any(c["channels"].values())]
     base = max(bm25, key=lambda i: mined[i]) if bm25 else None
     best_target = int(np.argmax(scores[:, 0]))

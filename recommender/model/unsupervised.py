@@ -237,11 +237,17 @@ def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
         means.append(float(rr.mean()))
         if top_rr is None or means[-1] > top_rr.mean():  # the first of equal bests, as grid order breaks ties
             top_rr = rr
-    best = float(top_rr.mean())
-    stderr = float(top_rr.std(ddof=1) / np.sqrt(len(top_rr))) if len(top_rr) > 1 else 0.0
+    chosen, stderr = simplest_within_one_se(means, used, top_rr)
+    return combination_spec(spec, combinations[chosen]), means[chosen], {"best": float(top_rr.mean()), "stderr": stderr}
+
+
+def simplest_within_one_se(means: Sequence[float], used: Sequence[int], best_rr: np.ndarray) -> tuple[int, float]:
+    """(index, standard error): the combination using the fewest channels among those whose mean is within one
+    standard error of the best one's (`best_rr`, its per-query values); ties to the higher mean, then the first."""
+    stderr = float(best_rr.std(ddof=1) / np.sqrt(len(best_rr))) if len(best_rr) > 1 else 0.0
+    best = float(best_rr.mean())
     near = [i for i, m in enumerate(means) if m >= best - stderr]
-    chosen = min(near, key=lambda i: (used[i], -means[i], i))
-    return combination_spec(spec, combinations[chosen]), means[chosen], {"best": best, "stderr": stderr}
+    return min(near, key=lambda i: (used[i], -means[i], i)), stderr
 
 
 def ranked_rows(n_views: int, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
