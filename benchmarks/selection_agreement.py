@@ -153,14 +153,14 @@ def main(argv=None) -> int:
     slices = mined_slices(model, model_dir, tickets)
     name, target = (duplicates_target(model, tickets) if args.kb == "seamonkey" else semeval_target(model))
     spec, grid = model.net.metric_spec(), model.siamese_config.grid
-    combos, used, mined, scores, top_rr = [], [], [], [], None
+    combos, used, mined, scores, best, top_rr = [], [], [], [], -np.inf, None
     for combination, n_used, rr in grid_results(list(slices.values()), spec, grid):
         combos.append(combination_spec(spec, combination))
         used.append(n_used)
         mined.append(float(rr.mean()))
         scores.append(target(combos[-1]))
-        if top_rr is None or mined[-1] > top_rr.mean():
-            top_rr = rr
+        if mined[-1] > best:  # the first of equal bests, as the selection keeps
+            best, top_rr = mined[-1], rr
     chosen, stderr = simplest_within_one_se(mined, used, top_rr)  # the selection's own rule
     mined, scores = np.array(mined), np.array(scores)
     top = int(np.argmax(mined))

@@ -230,15 +230,15 @@ def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
     Returns the chosen spec, its MRR@10 and {"best": the best MRR@10, "stderr": its standard error}.
     """
     combinations, used, means = [], [], []
-    top_rr = None
+    best, top_rr = -np.inf, None
     for combination, n_used, rr in grid_results(slices, spec, grid, progress):
         combinations.append(combination)
         used.append(n_used)
         means.append(float(rr.mean()))
-        if top_rr is None or means[-1] > top_rr.mean():  # the first of equal bests, as grid order breaks ties
-            top_rr = rr
+        if means[-1] > best:  # the first of equal bests, as grid order breaks ties
+            best, top_rr = means[-1], rr
     chosen, stderr = simplest_within_one_se(means, used, top_rr)
-    return combination_spec(spec, combinations[chosen]), means[chosen], {"best": float(top_rr.mean()), "stderr": stderr}
+    return combination_spec(spec, combinations[chosen]), means[chosen], {"best": best, "stderr": stderr}
 
 
 def simplest_within_one_se(means: Sequence[float], used: Sequence[int], best_rr: np.ndarray) -> tuple[int, float]:
