@@ -51,11 +51,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-DATA = ROOT.parent / "shared" / "data"
-SEMEVAL_DEV = DATA / "semeval2016" / "dev.xml"
-SEAMONKEY = DATA / "seamonkey" / "SeaMonkey_bugs.csv"
-SEAMONKEY_LINKS = DATA / "seamonkey" / "SeaMonkey_bugs-combined.csv"
-SEAMONKEY_MAP = {"id": "Issue id", "subject": "Summary", "description": "Description"}
+from shared_data import DATA, SEMEVAL, seamonkey_links, seamonkey_tickets  # noqa: E402
+
+SEMEVAL_DEV = SEMEVAL / "dev.xml"
 CHUNK = 512
 #: Components a ticket and a query need: the product model's (ALL–ALL, SUB–DESC), and every one (today's prepare).
 USED = {"ticket": ("ALL", "DESC"), "query": ("ALL", "SUB")}
@@ -295,13 +293,10 @@ def semeval_map(encoder, limit: int | None) -> float:
 
 def seamonkey_mrr(encoder, limit: int | None) -> tuple[float, float, float]:
     """MiniLM-style zero-shot MRR@10 (and its 95 % interval) on the SeaMonkey duplicates."""
-    from recommender.data.importers import load as load_file
-    from recommender.data.importers import load_links
     from recommender.evaluation.duplicates import evaluate_duplicates, query_text, ticket_text
 
-    data = load_file(SEAMONKEY, mapping=SEAMONKEY_MAP, warn=lambda _: None)
-    tickets = data.tickets
-    links = load_links(SEAMONKEY_LINKS, None, known_ids=[t.id for t in tickets], warn=lambda _: None)
+    tickets = seamonkey_tickets()
+    links = seamonkey_links(t.id for t in tickets)
     ids = [t.id for t in tickets]
     matrix = encoder.encode([ticket_text(t) for t in tickets], max_tokens=limit)
 
@@ -332,11 +327,10 @@ def fitted_row(limit: int) -> tuple[float, float, float, float]:
     import tempfile
 
     from recommender.data.importers import load as load_file
-    from recommender.data.importers import load_links
 
-    semeval_kb = load_file(DATA / "semeval2016" / "train-part2.xml").tickets
-    tickets = load_file(SEAMONKEY, mapping=SEAMONKEY_MAP, warn=lambda _: None).tickets
-    links = load_links(SEAMONKEY_LINKS, None, known_ids=[t.id for t in tickets], warn=lambda _: None)
+    semeval_kb = load_file(SEMEVAL / "train-part2.xml").tickets
+    tickets = seamonkey_tickets()
+    links = seamonkey_links(t.id for t in tickets)
     paired = {i for link in links for i in link}
     with tempfile.TemporaryDirectory() as tmp:
         m = semeval_map(fitted_static(semeval_kb, Path(tmp) / "semeval"), limit)

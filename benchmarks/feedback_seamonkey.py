@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import csv
 import os
 import random
 import shutil
@@ -26,16 +25,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SEAMONKEY = ROOT.parent / "shared" / "data" / "seamonkey"
-MAPPING = {"id": "Issue id", "subject": "Summary", "description": "Description"}
+from shared_data import SEAMONKEY, SEAMONKEY_LINKS, SEAMONKEY_MAP
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="the model before feedback (a model directory)")
-    ap.add_argument("--kb", default=str(SEAMONKEY / "SeaMonkey_bugs.csv"))
-    ap.add_argument("--links", default=str(SEAMONKEY / "SeaMonkey_bugs-combined.csv"))
+    ap.add_argument("--kb", default=str(SEAMONKEY))
+    ap.add_argument("--links", default=str(SEAMONKEY_LINKS))
     ap.add_argument("--no", type=int, default=0, help="NO feedback on the N best non-partner results of each query")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--half", type=int, choices=(0, 1), default=0,
@@ -51,7 +48,7 @@ def main() -> None:
 
     if not Path(args.kb).exists():
         sys.exit(f"no knowledge base at {args.kb}: pass --kb (and --links)")
-    tickets = load(args.kb, mapping=MAPPING, progress=False).tickets
+    tickets = load(args.kb, mapping=SEAMONKEY_MAP, progress=False).tickets
     links = load_links(args.links, known_ids=[t.id for t in tickets])
     by_id = {t.id: t for t in tickets}
     order = sorted(links)
@@ -67,7 +64,7 @@ def main() -> None:
                TICKETREC_BROKER_URL="", OMP_NUM_THREADS="1")
     env.pop("TICKETREC_DB", None)
     ticketrec = str(Path(sys.executable).parent / "ticketrec")
-    maps = [a for f, c in MAPPING.items() for a in ("--map", f"{f}={c}")]
+    maps = [a for f, c in SEAMONKEY_MAP.items() for a in ("--map", f"{f}={c}")]
     commands = []
 
     def run(*cmd: str) -> None:

@@ -36,8 +36,8 @@ if str(ROOT) not in sys.path:
 
 from recommender.data.records import Query, Ticket  # noqa: E402
 
-SEAMONKEY = ROOT.parent / "shared" / "data" / "seamonkey" / "SeaMonkey_bugs.csv"
-SEAMONKEY_MAP = {"id": "Issue id", "subject": "Summary", "description": "Description"}
+from shared_data import SEAMONKEY, SEAMONKEY_MAP  # noqa: E402
+
 KINDS = ("clean", "typos", "extra_words", "word_order")
 
 

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from load import Process, Server, build_home, free_port, load_queries, start_redis  # noqa: E402
+from load import Process, Server, build_home, load_queries, start_redis  # noqa: E402
 
 RECOMMEND = "/api/v1/recommendations"
 SCENARIOS = ("plain", "reindex", "redis")

@@ -27,6 +27,7 @@ from recommender.data.importers import load  # noqa: E402
 from recommender.data.records import Query, Ticket  # noqa: E402
 from recommender.lexical.bm25 import Bm25Scorer  # noqa: E402
 from recommender.model.mining import split_ticket  # noqa: E402
+from shared_data import SEAMONKEY, SEAMONKEY_MAP  # noqa: E402
 
 WEIGHTS = (0.1, 0.3, 1.0)
 
@@ -70,14 +71,14 @@ def measure(tickets: list[Ticket], cut, n_queries: int, seed: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kb", default=str(ROOT.parent / "shared" / "data" / "seamonkey" / "SeaMonkey_bugs.csv"),
+    ap.add_argument("--kb", default=str(SEAMONKEY),
                     help="a CSV with Issue id, Summary and Description columns (SeaMonkey's export)")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     if not Path(args.kb).is_file():
         raise SystemExit(f"error: {args.kb} not found (the shared SeaMonkey export; see ../shared/data/README.md)")
-    tickets = load(args.kb, mapping={"id": "Issue id", "subject": "Summary", "description": "Description"}).tickets
+    tickets = load(args.kb, mapping=SEAMONKEY_MAP).tickets
     rows = {"sentence cut (current)": measure(tickets, lambda t: split_ticket(t, 30), args.queries, args.seed),
             "first 30 words, at most half (earlier)": measure(tickets, word_cut, args.queries, args.seed)}
     columns = list(next(iter(rows.values())))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from feedback_seamonkey import MAPPING, SEAMONKEY  # the SeaMonkey export and its columns, read the same way
+from shared_data import SEAMONKEY, seamonkey_tickets
 #: Queries from other domains than a browser's bug tracker; their best result should score <= 2.5.
 OFF_TOPIC = [
     ("printer jammed paper tray", "The office printer jammed again; paper is stuck in tray 2."),
@@ -33,18 +33,17 @@ OFF_TOPIC = [
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="a model directory trained on the knowledge base")
-    ap.add_argument("--kb", default=str(SEAMONKEY / "SeaMonkey_bugs.csv"))
+    ap.add_argument("--kb", default=str(SEAMONKEY))
     ap.add_argument("--pasted", type=int, default=100, help="how many tickets (the first ones) to paste")
     args = ap.parse_args()
 
-    from recommender.data.importers import load
     from recommender.data.records import Query
     from recommender.evaluation.duplicates import EngineRanker
     from recommender.model.bundle import TicketModel
 
     if not Path(args.kb).exists():
         sys.exit(f"no knowledge base at {args.kb}: pass --kb")
-    tickets = load(args.kb, mapping=MAPPING, progress=False).tickets
+    tickets = seamonkey_tickets(args.kb)
     model = TicketModel.load(args.model)
     print(f"model {args.model} ({model.version}), knowledge base {args.kb} ({len(tickets)} tickets)\n")
     with EngineRanker(model, tickets) as ranker:

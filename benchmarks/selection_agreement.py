@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from recommender.data.importers import load, load_links  # noqa: E402
+from recommender.data.importers import load  # noqa: E402
 from recommender.data.store import Dataset  # noqa: E402
 from recommender.evaluation.duplicates import duplicate_queries, query_of, query_text  # noqa: E402
 from recommender.lexical.bm25 import Bm25Scorer  # noqa: E402
@@ -47,17 +47,13 @@ from recommender.model.unsupervised import (RankedSlice, combination_spec, grid_
                                             observable_pairs, rank_distances, selection_slices,
                                             simplest_within_one_se, vocabulary_augmenter)
 
-DATA = ROOT.parent / "shared" / "data"
-SEAMONKEY = DATA / "seamonkey" / "SeaMonkey_bugs.csv"
-SEAMONKEY_LINKS = DATA / "seamonkey" / "SeaMonkey_bugs-combined.csv"
-SEAMONKEY_MAP = {"id": "Issue id", "subject": "Summary", "description": "Description"}
-SEMEVAL = DATA / "semeval2016"
+from shared_data import SEMEVAL, seamonkey_links, seamonkey_tickets  # noqa: E402
 
 
 def knowledge_base(kind: str) -> list:
     """The tickets the model was trained on."""
     if kind == "seamonkey":
-        return load(SEAMONKEY, mapping=SEAMONKEY_MAP, warn=lambda _: None).tickets
+        return seamonkey_tickets()
     return load(SEMEVAL / "train-part2.xml").tickets
 
 
@@ -89,7 +85,7 @@ def duplicates_target(model: TicketModel, tickets: list):
     """(name, score of a spec → (MRR@10, Acc@10)) over SeaMonkey's duplicate pairs, ranked as the engine ranks."""
     ids = [t.id for t in tickets]
     row = {tid: i for i, tid in enumerate(ids)}
-    links = load_links(SEAMONKEY_LINKS, None, known_ids=ids, warn=lambda _: None)
+    links = seamonkey_links(ids)
     pairs = duplicate_queries(ids, links).pairs
     queries = [query_of(tickets[row[a]]) for a, _ in pairs]
     own = np.array([row[a] for a, _ in pairs])
@@ -112,20 +108,20 @@ def duplicates_target(model: TicketModel, tickets: list):
 
 def semeval_target(model: TicketModel):
     """(name, score of a spec → (MAP,)) reranking SemEval-2016 dev's labelled candidates."""
-    from recommender.evaluation.crossval import _per_query_ap
-    from recommender.model.training import PairSet, PreparedPairs, lexical_features, pair_distances
+    from recommender.model.training import GroupTable, PairSet, PreparedPairs, lexical_features, pair_distances
 
     dev = load(SEMEVAL / "dev.xml")
     pairs = PairSet.from_dataset(dev, "dev")
     ratio = lexical_features(pairs, Bm25Scorer(dev.tickets))
     prepared = PreparedPairs.of(model, pairs, ratio)
     dist = pair_distances(model, prepared.queries, prepared.tickets, pairs)  # [N, P, C]
+    table = GroupTable(pairs.q, pairs.y, 3.0)
 
     def score(spec: dict) -> tuple[float]:
         pw = np.array([v for *_, v in spec["pairs"]])
         cw = np.array(list(spec["channels"].values()))
         d = np.einsum("npc,p,c->n", dist, pw, cw) + spec["bm25"] * (1.0 - ratio)
-        return (float(_per_query_ap(np.exp(-d)[None], pairs.q, pairs.y, 3.0).mean()),)
+        return (table.map(np.exp(-d)),)
 
     return f"SemEval-2016 dev rerank ({len(np.unique(pairs.q))} queries): MAP", score
 

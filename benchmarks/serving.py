@@ -573,10 +573,9 @@ def main() -> None:
         print("Command: .venv/bin/python benchmarks/serving.py " + " ".join(sys.argv[1:]))
         return
     if args.float16_duplicates:
-        seamonkey = ROOT.parent / "shared" / "data" / "seamonkey"
-        rows = duplicates_float16(args.float16_duplicates, str(seamonkey / "SeaMonkey_bugs.csv"),
-                                  str(seamonkey / "SeaMonkey_bugs-combined.csv"),
-                                  {"id": "Issue id", "subject": "Summary", "description": "Description"})
+        from shared_data import SEAMONKEY, SEAMONKEY_LINKS, SEAMONKEY_MAP
+
+        rows = duplicates_float16(args.float16_duplicates, str(SEAMONKEY), str(SEAMONKEY_LINKS), SEAMONKEY_MAP)
         print(f"\nSeaMonkey duplicates, model {args.float16_duplicates}, the same engine over a float32 and a float16 "
               f"index (load {load1():.1f}):\n")
         print("| index | MRR@10 [95 % CI] | Acc@1 | Acc@10 |\n|---|---|---|---|")
@@ -588,7 +587,7 @@ def main() -> None:
         print("Command: .venv/bin/python benchmarks/serving.py " + " ".join(sys.argv[1:]))
         return
     if args.kb == "real":
-        from real_kb import RealDataMissing, available
+        from real_kb import available
 
         if not available():
             raise SystemExit("error: the real-vocabulary knowledge base needs ../shared/data (SeaMonkey, SemEval-2016); "

@@ -30,8 +30,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-DATA = ROOT.parent / "shared" / "data"
-SEAMONKEY_MAP = {"id": "Issue id", "subject": "Summary", "description": "Description"}
+from shared_data import SEAMONKEY_DIR, SEMEVAL, seamonkey_links, seamonkey_tickets  # noqa: E402
+
 KS = (10, 100, 1000)
 
 
@@ -50,15 +50,14 @@ def semeval_kb(path: Path):
 
 def seamonkey_kb(directory: Path):
     """(tickets, queries) of the SeaMonkey duplicates: each linked ticket asks for its partner."""
-    from recommender.data.importers import load, load_links
     from recommender.evaluation.duplicates import duplicate_queries
 
-    data = load(directory / "SeaMonkey_bugs.csv", mapping=SEAMONKEY_MAP, warn=lambda line: None)
-    ids = [t.id for t in data.tickets]
-    links = load_links(directory / "SeaMonkey_bugs-combined.csv", known_ids=ids, warn=lambda line: None)
-    by_id = {t.id: t for t in data.tickets}
+    tickets = seamonkey_tickets(directory / "SeaMonkey_bugs.csv")
+    ids = [t.id for t in tickets]
+    links = seamonkey_links(ids, directory / "SeaMonkey_bugs-combined.csv")
+    by_id = {t.id: t for t in tickets}
     pairs = duplicate_queries(ids, links).pairs
-    return data.tickets, [(f"{by_id[a].subject}\n{by_id[a].description}", a, {b}) for a, b in pairs]
+    return tickets, [(f"{by_id[a].subject}\n{by_id[a].description}", a, {b}) for a, b in pairs]
 
 
 def recall_at(search, tickets, queries, ks) -> dict[int, float]:
@@ -146,9 +145,9 @@ def main() -> None:
 
     torch.set_num_threads(1)
     rows: list[dict] = []
-    kbs = [("SemEval-2016 dev", lambda: semeval_kb(DATA / "semeval2016" / "dev.xml")),
-           ("SemEval-2016 train-part2", lambda: semeval_kb(DATA / "semeval2016" / "train-part2.xml")),
-           ("SeaMonkey duplicates", lambda: seamonkey_kb(DATA / "seamonkey"))]
+    kbs = [("SemEval-2016 dev", lambda: semeval_kb(SEMEVAL / "dev.xml")),
+           ("SemEval-2016 train-part2", lambda: semeval_kb(SEMEVAL / "train-part2.xml")),
+           ("SeaMonkey duplicates", lambda: seamonkey_kb(SEAMONKEY_DIR))]
     for name, make in kbs:
         try:
             tickets, queries = make()

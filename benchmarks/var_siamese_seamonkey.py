@@ -22,8 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-DATA = ROOT.parent / "shared" / "data" / "seamonkey"
-SEAMONKEY_MAP = {"id": "Issue id", "subject": "Summary", "description": "Description"}
+from shared_data import seamonkey_links, seamonkey_tickets  # noqa: E402
 
 
 def main() -> None:
@@ -38,16 +37,14 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from recommender.data.importers import load, load_links
     from recommender.evaluation.duplicates import bm25_ranker, evaluate_duplicates, rrf_ranker
     from recommender.lexical.bm25 import Bm25Scorer
     from recommender.model.topic_prefilter import TopicPrefilter
     from recommender.model.var_siamese import VarSiamese, VarSiameseConfig, ranker
 
     torch.set_num_threads(1)
-    data = load(DATA / "SeaMonkey_bugs.csv", mapping=SEAMONKEY_MAP, warn=lambda line: None)
-    tickets = data.tickets
-    links = load_links(DATA / "SeaMonkey_bugs-combined.csv", known_ids=[t.id for t in tickets], warn=lambda line: None)
+    tickets = seamonkey_tickets()
+    links = seamonkey_links(t.id for t in tickets)
     started = time.time()
     if args.model:
         model = VarSiamese.load(args.model)

@@ -59,14 +59,18 @@ def test_the_rule_prefers_the_simpler_of_two_equally_good_weightings():
 
 
 def test_per_query_ap_matches_the_metrics_module():
+    from recommender.model.training import GroupTable
+
     groups = np.array([0, 0, 0, 1, 1, 1])
     labels = np.array([5.0, 1.0, 3.0, 1.0, 1.0, 5.0])
     scores = np.array([[0.9, 0.8, 0.1, 0.5, 0.4, 0.3]])
-    ap = CV._per_query_ap(scores, groups, labels, 3.0)[0]
+    table = GroupTable(groups, labels, 3.0)
+    ap = table.per_query_ap(scores)[0]  # a row per weighting, as the selection scores them
     run = {"a": ["t0", "t1", "t2"], "b": ["t3", "t4", "t5"]}
     qrels = {"a": {"t0": 5.0, "t1": 1.0, "t2": 3.0}, "b": {"t3": 1.0, "t4": 1.0, "t5": 5.0}}
     per = M.per_query_values(run, qrels)
     assert ap == pytest.approx([per["a"]["official_map"], per["b"]["official_map"]])
+    assert table.map(scores[0]) == pytest.approx(ap.mean())
 
 
 def test_paired_bootstrap_difference():

@@ -157,33 +157,13 @@ def select_simplest(combos: Sequence[dict[str, float]], per_query: np.ndarray, c
                        "standard_error": se, "eligible": int(eligible.size), "combinations": len(combos)}
 
 
-def _per_query_ap(scores: np.ndarray, groups: np.ndarray, labels: np.ndarray, relevant_min: float) -> np.ndarray:
-    """[combos, queries] AP×100 (divided by all relevant R; a query without any counts 0) of score rows [combos, N]."""
-    keys, inverse = np.unique(groups, return_inverse=True)
-    width = int(np.bincount(inverse).max())
-    table = np.full((len(keys), width), -1, dtype=np.int64)
-    fill = np.zeros(len(keys), dtype=np.int64)
-    for i, g in enumerate(inverse):
-        table[g, fill[g]] = i
-        fill[g] += 1
-    valid = table >= 0
-    relevant = np.where(valid, labels[table] >= relevant_min, False)
-    n_rel = relevant.sum(1)
-    s = np.where(valid[None], scores[:, table], -np.inf)  # [C, Q, W]
-    order = np.argsort(-s, axis=2, kind="stable")
-    rel = np.take_along_axis(np.broadcast_to(relevant, s.shape), order, axis=2)
-    precision = np.cumsum(rel, axis=2) / np.arange(1, width + 1)
-    ap = (precision * rel).sum(2) / np.maximum(n_rel, 1)
-    return 100.0 * np.where(n_rel > 0, ap, 0.0)
-
-
 def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: float | None = None) -> dict:
     """Choose the weights of `model` (in place) on the selection queries from the config's grid, by `rule`
     ("simplest" or "argmax"); returns the chosen spec and how it was chosen. The calibrator is refitted on the
     selection pairs with the chosen weights."""
     from ..lexical.bm25 import Bm25Scorer
     from ..model.calibration import Calibrator
-    from ..model.training import PairSet, PreparedPairs, pair_distances, lexical_features
+    from ..model.training import GroupTable, PairSet, PreparedPairs, pair_distances, lexical_features
 
     config, net = model.siamese_config, model.net
     pairs = PairSet.from_dataset(selection, "selection")
@@ -206,7 +186,7 @@ def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: fl
     d = np.einsum("npc,kp,kc->kn", dist, pw, cw)
     if use_bm25:
         d = d + np.array([w["bm25"] for w in combos])[:, None] * (1.0 - ratio)[None, :]
-    per_query = _per_query_ap(np.exp(-d), pairs.q, pairs.y, config.relevant_min)
+    per_query = GroupTable(pairs.q, pairs.y, config.relevant_min).per_query_ap(np.exp(-d))  # [combinations, queries]
     all_channels = channels + (["bm25"] if use_bm25 else [])
     if rule == "simplest":
         pick, how = select_simplest(combos, per_query, all_channels, pair_keys, margin)

@@ -188,7 +188,6 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
     base_queries = [s[0] for _, s in usable]
     scorer = Bm25Scorer(views)
     n_hard = int(round(config.negatives * config.hard_share))
-    n_random = config.negatives - n_hard
 
     def negatives(text: str, own: int) -> list[int]:
         chosen: list[int] = []

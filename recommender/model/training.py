@@ -39,7 +39,7 @@ from .vocab import EOS, Vocabulary
 # measures
 # ---------------------------------------------------------------------------------------------------
 
-class _GroupTable:
+class GroupTable:
     """Pairs laid out as a [groups, max group size] table, so MAP for many score vectors costs a few numpy calls."""
 
     def __init__(self, groups: np.ndarray, labels: np.ndarray, relevant_min: float):
@@ -55,19 +55,25 @@ class _GroupTable:
         self.relevant = np.where(self.valid, np.asarray(labels)[self.rows] >= relevant_min, False)
         self.n_relevant = self.relevant.sum(1)
 
+    def per_query_ap(self, scores: np.ndarray) -> np.ndarray:
+        """AP×100 of each group (query), over all its relevant pairs (a group without one: 0), of the scores
+        [..., pairs] (one vector, or a row per weighting) → [..., groups]. Ties keep the pairs' order."""
+        s = np.where(self.valid, np.asarray(scores, dtype=np.float64)[..., self.rows], -np.inf)
+        order = np.argsort(-s, axis=-1, kind="stable")
+        rel = np.take_along_axis(np.broadcast_to(self.relevant, s.shape), order, axis=-1)
+        precision = np.cumsum(rel, axis=-1) / np.arange(1, rel.shape[-1] + 1)
+        ap = np.where(self.n_relevant > 0, (precision * rel).sum(-1) / np.maximum(self.n_relevant, 1), 0.0)
+        return 100.0 * ap
+
     def map(self, scores: np.ndarray) -> float:
-        s = np.where(self.valid, np.asarray(scores, dtype=np.float64)[self.rows], -np.inf)
-        order = np.argsort(-s, axis=1, kind="stable")
-        rel = np.take_along_axis(self.relevant, order, axis=1)
-        hits = np.cumsum(rel, axis=1)
-        precision = hits / np.arange(1, rel.shape[1] + 1)
-        ap = np.where(self.n_relevant > 0, (precision * rel).sum(1) / np.maximum(self.n_relevant, 1), 0.0)
-        return 100.0 * float(ap.mean()) if len(ap) else 0.0
+        """Rerank MAP (×100) of one score vector over the groups."""
+        ap = self.per_query_ap(scores)
+        return float(ap.mean()) if ap.size else 0.0
 
 
 def mean_average_precision(groups: np.ndarray, scores: np.ndarray, labels: np.ndarray, relevant_min: float = 3.0) -> float:
     """Rerank MAP (×100) over groups (queries): a group without any relevant pair counts 0, as SemEval's scorer does."""
-    return _GroupTable(groups, labels, relevant_min).map(scores)
+    return GroupTable(groups, labels, relevant_min).map(scores)
 
 
 def correlations(g: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
@@ -122,7 +128,7 @@ def select_weights(dist: np.ndarray, labels: np.ndarray, groups: np.ndarray, pai
         axes.append(("bm25", list(grid.get("bm25", [current["bm25"]]))))
     best, best_score = None, -np.inf
     names = [a for a, _ in axes]
-    table = _GroupTable(groups, labels, relevant_min)
+    table = GroupTable(groups, labels, relevant_min)
     lexical = (1.0 - bm25_ratio) if use_bm25 else None
     for combo in itertools.product(*[vals for _, vals in axes]):
         w = dict(zip(names, combo))
