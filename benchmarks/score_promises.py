@@ -4,10 +4,14 @@ Issue 12 promises that a ticket pasted as its own query comes first and scores >
 an off-topic query scores <= 2.5. This serves MODEL over the knowledge base exactly as `ticketrec serve` would
 (`EngineRanker`: a store, an index built with the model, the engine's candidates and scoring, calibration) and
 asks it (a) the first N tickets pasted whole (subject and description; the ticket stays in the knowledge base)
-and (b) a few queries from other help desks' domains (printers, VPN, payroll, turbines).
+and (b) a few queries from other help desks' domains (printers, VPN, payroll, turbines). With duplicate links (the
+SeaMonkey ones by default; `--links ""`: none) it also gives (c) what the scores say of real matches: each ticket of
+a link asks for its partner (the knowledge base minus itself, as `ticketrec evaluate --duplicates` ranks), and the
+partner's score and raw similarity g are summarised over the queries that find it in the top 10. The raw g beside
+each off-topic query's best score shows where it falls among the partners'.
 
     .venv/bin/python benchmarks/score_promises.py --model M [--kb ../shared/data/seamonkey/SeaMonkey_bugs.csv]
-        [--pasted 100]
+        [--links ../shared/data/seamonkey/SeaMonkey_bugs-combined.csv] [--pasted 100]
 
 M is a model trained on the same knowledge base (e.g. `ticketrec train` after importing it). Prints a markdown
 table.
@@ -20,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shared_data import SEAMONKEY, seamonkey_tickets
+from shared_data import SEAMONKEY, SEAMONKEY_LINKS, seamonkey_links, seamonkey_tickets
 #: Queries from other domains than a browser's bug tracker; their best result should score <= 2.5.
 OFF_TOPIC = [
     ("printer jammed paper tray", "The office printer jammed again; paper is stuck in tray 2."),
@@ -34,11 +38,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="a model directory trained on the knowledge base")
     ap.add_argument("--kb", default=str(SEAMONKEY))
+    ap.add_argument("--links", default=str(SEAMONKEY_LINKS), help='duplicate links of the knowledge base ("": none)')
     ap.add_argument("--pasted", type=int, default=100, help="how many tickets (the first ones) to paste")
     args = ap.parse_args()
 
     from recommender.data.records import Query
-    from recommender.evaluation.duplicates import EngineRanker
+    from recommender.evaluation.duplicates import EngineRanker, duplicate_queries
     from recommender.model.bundle import TicketModel
 
     if not Path(args.kb).exists():
@@ -59,12 +64,35 @@ def main() -> None:
         print("|---|---|---|---|")
         print(f"| {len(own_scores)} | {first} | {int((own_scores >= 4.5).sum())} | "
               f"{own_scores.min():.2f} / {np.median(own_scores):.2f} |\n")
-        print("| off-topic query | best score | best result | its score's shares |")
-        print("|---|---|---|---|")
+        print("| off-topic query | best score | its raw g | best result | its score's shares |")
+        print("|---|---|---|---|---|")
         for subject, description in OFF_TOPIC:
             best = engine.recommend(Query(subject, description), k=1)[0]
             shares = ", ".join(f"{k} {100 * v:.0f} %" for k, v in best.channel_shares.items())
-            print(f"| {subject} | {best.score:.2f} | {best.ticket.subject[:50]} | {shares} |")
+            print(f"| {subject} | {best.score:.2f} | {best.raw_score:.3f} | {best.ticket.subject[:50]} | {shares} |")
+        if args.links:
+            partners(ranker, model, tickets, args.links, duplicate_queries)
+
+
+def partners(ranker, model, tickets, links_path: str, duplicate_queries) -> None:
+    """The scores of duplicate partners found in the top 10 (each ticket of a link asks for the other)."""
+    by_id = {t.id: t for t in tickets}
+    pairs = duplicate_queries(list(by_id), seamonkey_links(by_id, links_path)).pairs
+    found = []
+    for qid, partner in pairs:
+        top = dict(ranker.scored(by_id[qid], 10))
+        if partner in top:
+            found.append(top[partner])
+    g = np.array(found)
+    print("\n| duplicate queries | partner in the top 10 | partner's score: 25th pct / median / 75th pct "
+          "| partner's raw g: 5th pct / median |")
+    print("|---|---|---|---|")
+    if not len(g):
+        print(f"| {len(pairs)} | 0 | – | – |")
+        return
+    scores = model.calibrate(g)
+    print(f"| {len(pairs)} | {len(g)} | {np.percentile(scores, 25):.2f} / {np.median(scores):.2f} / "
+          f"{np.percentile(scores, 75):.2f} | {np.percentile(g, 5):.3f} / {np.median(g):.3f} |")
 
 
 if __name__ == "__main__":

@@ -131,8 +131,13 @@ def test_the_model_row_is_what_the_engine_answers(tiny_ticket_model, tmp_path):
     with EngineRanker(tiny_ticket_model, tickets, settings) as ranker:
         newcomer = Ticket("NEW", "Compressor vibration trip", "High bearing vibration at start.", "")
         engine = Recommender(ranker.settings, store=ranker.store, model=tiny_ticket_model)
-        served = [r.ticket.id for r in engine.recommend(Query(newcomer.subject, newcomer.description), k=4)]
+        answer = engine.recommend(Query(newcomer.subject, newcomer.description), k=4)
+        served = [r.ticket.id for r in answer]
         assert ranker(newcomer, 4) == served  # a ticket outside the knowledge base: exactly the engine's answer
+        scored = ranker.scored(newcomer, 4)  # with the raw g the engine calibrates into the 1–5 score it shows
+        assert [tid for tid, _ in scored] == served
+        assert np.allclose([g for _, g in scored], [r.raw_score for r in answer])
+        assert np.allclose(tiny_ticket_model.calibrate(np.array([g for _, g in scored])), [r.score for r in answer])
         lexical = bm25_ranker(tickets)
         for ticket in tickets:
             ranked = ranker(ticket, 11)

@@ -273,6 +273,11 @@ class EngineRanker:
         self.model = model
 
     def __call__(self, query: Ticket, n: int) -> list[str]:
+        return [tid for tid, _ in self.scored(query, n)]
+
+    def scored(self, query: Ticket, n: int) -> list[tuple[str, float]]:
+        """The top n tickets for the knowledge-base ticket `query`, itself left out: (ticket id, raw g), best first
+        (`model.calibrate` gives the 1–5 scores serving shows)."""
         from ..serving.engine import score_in_process, validate_query
 
         engine = self.engine
@@ -299,8 +304,7 @@ class EngineRanker:
                 rows, bm25 = rows[keep], (None if bm25 is None else bm25[keep])
                 if k_candidates > 0:
                     rows, bm25 = rows[:k_candidates], (None if bm25 is None else bm25[:k_candidates])
-        best = score_in_process(index, model.encode_queries([q]), n, rows, bm25)
-        return [tid for tid, _, _ in best]
+        return [(tid, g) for tid, g, _ in score_in_process(index, model.encode_queries([q]), n, rows, bm25)]
 
     def close(self) -> None:
         store = getattr(self, "store", None)
