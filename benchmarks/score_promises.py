@@ -43,7 +43,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from recommender.data.records import Query
-    from recommender.evaluation.duplicates import EngineRanker, duplicate_queries
+    from recommender.evaluation.duplicates import EngineRanker
     from recommender.model.bundle import TicketModel
 
     if not Path(args.kb).exists():
@@ -71,11 +71,13 @@ def main() -> None:
             shares = ", ".join(f"{k} {100 * v:.0f} %" for k, v in best.channel_shares.items())
             print(f"| {subject} | {best.score:.2f} | {best.raw_score:.3f} | {best.ticket.subject[:50]} | {shares} |")
         if args.links:
-            partners(ranker, model, tickets, args.links, duplicate_queries)
+            partners(ranker, model, tickets, args.links)
 
 
-def partners(ranker, model, tickets, links_path: str, duplicate_queries) -> None:
+def partners(ranker, model, tickets, links_path: str) -> None:
     """The scores of duplicate partners found in the top 10 (each ticket of a link asks for the other)."""
+    from recommender.evaluation.duplicates import duplicate_queries
+
     by_id = {t.id: t for t in tickets}
     pairs = duplicate_queries(list(by_id), seamonkey_links(by_id, links_path)).pairs
     found = []
