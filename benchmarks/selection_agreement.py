@@ -43,9 +43,9 @@ from recommender.lexical.bm25 import Bm25Scorer  # noqa: E402
 from recommender.model.bundle import TicketModel  # noqa: E402
 from recommender.model.mining import MiningConfig, mine_pairs  # noqa: E402
 from recommender.model.pairs import dataset_fingerprint  # noqa: E402
-from recommender.model.unsupervised import (RankedSlice, combination_spec, grid_results,  # noqa: E402
+from recommender.model.unsupervised import (GridRanking, RankedSlice, combination_spec,  # noqa: E402
                                             observable_pairs, rank_distances, selection_slices,
-                                            simplest_within_one_se, vocabulary_augmenter)
+                                            vocabulary_augmenter)
 
 from shared_data import SEMEVAL, seamonkey_links, seamonkey_tickets  # noqa: E402
 
@@ -149,17 +149,10 @@ def main(argv=None) -> int:
     slices = mined_slices(model, model_dir, tickets)
     name, target = (duplicates_target(model, tickets) if args.kb == "seamonkey" else semeval_target(model))
     spec, grid = model.net.metric_spec(), model.siamese_config.grid
-    combos, used, mined, scores, best, top_rr = [], [], [], [], -np.inf, None
-    for combination, n_used, rr in grid_results(list(slices.values()), spec, grid):
-        combos.append(combination_spec(spec, combination))
-        used.append(n_used)
-        mined.append(float(rr.mean()))
-        scores.append(target(combos[-1]))
-        if mined[-1] > best:  # the first of equal bests, as the selection keeps
-            best, top_rr = mined[-1], rr
-    chosen, stderr = simplest_within_one_se(mined, used, top_rr)  # the selection's own rule
-    mined, scores = np.array(mined), np.array(scores)
-    top = int(np.argmax(mined))
+    ranking = GridRanking.of(list(slices.values()), spec, grid)  # the selection's own ranking and rule
+    combos = [combination_spec(spec, c) for c in ranking.combinations]
+    mined, scores = ranking.means, np.array([target(c) for c in combos])
+    chosen, top, stderr = ranking.chosen, ranking.best, ranking.stderr
     near = np.flatnonzero(mined >= mined[top] - stderr)
     bm25 = [i for i, c in enumerate(combos) if not any(c["channels"].values())]
     base = max(bm25, key=lambda i: mined[i]) if bm25 else None

@@ -219,35 +219,47 @@ def combination_spec(spec: dict, combination: tuple) -> dict:
             "bm25": spec["bm25"] if wb is None else float(wb)}
 
 
+@dataclass
+class GridRanking:
+    """Every combination of a weight grid ranked over some slices (`grid_results`), and the selection's choice
+    among them (`chosen`): what `select_by_rank` and `benchmarks/selection_agreement.py` both read."""
+
+    combinations: list[tuple]  # `combination_spec` gives each one's metric spec
+    used: list[int]  # channels each uses, BM25 counted as one
+    means: np.ndarray  # MRR@10 over all the slices' queries
+    best: int  # the best mean (the first of equal bests: grid order breaks ties)
+    stderr: float  # the standard error of the best combination's mean
+    chosen: int  # the simplest within one standard error of the best
+
+    @classmethod
+    def of(cls, slices: Sequence[RankedSlice], spec: dict, grid: dict, progress: bool = False) -> "GridRanking":
+        """Rank every combination; keep the per-query ranks of the best one only (its standard error).
+
+        The one-standard-error rule (Breiman et al. 1984): combinations that a few hundred held-out queries cannot
+        tell apart are equally good, and the one with the fewest channels (BM25 counted as one) is the least likely
+        to carry noise to queries unlike the mined ones; ties go to the higher MRR, then to grid order."""
+        combinations, used, means = [], [], []
+        best, best_rr = 0, None
+        for combination, n_used, rr in grid_results(slices, spec, grid, progress):
+            combinations.append(combination)
+            used.append(n_used)
+            means.append(float(rr.mean()))
+            if best_rr is None or means[-1] > means[best]:
+                best, best_rr = len(means) - 1, rr
+        stderr = float(best_rr.std(ddof=1) / np.sqrt(len(best_rr))) if len(best_rr) > 1 else 0.0
+        near = [i for i, m in enumerate(means) if m >= means[best] - stderr]
+        chosen = min(near, key=lambda i: (used[i], -means[i], i))
+        return cls(combinations, used, np.array(means), best, stderr, chosen)
+
+
 def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
                    progress: bool = False) -> tuple[dict, float, dict]:
-    """The simplest grid combination (`grid_results`) whose held-out MRR@10 (over the queries of all `slices`) is
-    within one standard error of the best one.
-
-    The one-standard-error rule (Breiman et al. 1984): combinations that a few hundred held-out queries cannot
-    tell apart are equally good, and the one with the fewest channels (BM25 counted as one) is the least likely
-    to carry noise to queries unlike the mined ones; ties go to the higher MRR, then to grid order.
-    Returns the chosen spec, its MRR@10 and {"best": the best MRR@10, "stderr": its standard error}.
-    """
-    combinations, used, means = [], [], []
-    best, top_rr = -np.inf, None
-    for combination, n_used, rr in grid_results(slices, spec, grid, progress):
-        combinations.append(combination)
-        used.append(n_used)
-        means.append(float(rr.mean()))
-        if means[-1] > best:  # the first of equal bests, as grid order breaks ties
-            best, top_rr = means[-1], rr
-    chosen, stderr = simplest_within_one_se(means, used, top_rr)
-    return combination_spec(spec, combinations[chosen]), means[chosen], {"best": best, "stderr": stderr}
-
-
-def simplest_within_one_se(means: Sequence[float], used: Sequence[int], best_rr: np.ndarray) -> tuple[int, float]:
-    """(index, standard error): the combination using the fewest channels among those whose mean is within one
-    standard error of the best one's (`best_rr`, its per-query values); ties to the higher mean, then the first."""
-    stderr = float(best_rr.std(ddof=1) / np.sqrt(len(best_rr))) if len(best_rr) > 1 else 0.0
-    best = float(best_rr.mean())
-    near = [i for i, m in enumerate(means) if m >= best - stderr]
-    return min(near, key=lambda i: (used[i], -means[i], i)), stderr
+    """The simplest grid combination whose held-out MRR@10 (over the queries of all `slices`) is within one
+    standard error of the best one (`GridRanking`). Returns the chosen spec, its MRR@10 and {"best": the best
+    MRR@10, "stderr": its standard error}."""
+    ranking = GridRanking.of(slices, spec, grid, progress)
+    return (combination_spec(spec, ranking.combinations[ranking.chosen]), float(ranking.means[ranking.chosen]),
+            {"best": float(ranking.means[ranking.best]), "stderr": ranking.stderr})
 
 
 def ranked_rows(n_views: int, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
