@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 from dataclasses import replace as _dc_replace
 import datetime as _dt
-import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +162,8 @@ def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: fl
     selection pairs with the chosen weights."""
     from ..lexical.bm25 import Bm25Scorer
     from ..model.calibration import Calibrator
-    from ..model.training import GroupTable, PairSet, PreparedPairs, pair_distances, lexical_features
+    from ..model.training import (GroupTable, PairSet, PreparedPairs, combination_distances, grid_combinations,
+                                  lexical_features, pair_distances)
 
     config, net = model.siamese_config, model.net
     pairs = PairSet.from_dataset(selection, "selection")
@@ -173,19 +173,8 @@ def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: fl
     dist = pair_distances(model, prepared.queries, prepared.tickets, pairs)  # [N, P, C]
     channels = list(net.channel_names)
     pair_keys = [f"{a}|{b}" for a, b, *_ in config.metric_pairs]
-    current = net.metric_spec()
-    axes = [(c, list(config.grid.get(c, [current["channels"][c]]))) for c in channels]
-    axes += [(k, list(config.grid.get(k, [v]))) for k, (_, _, v) in zip(pair_keys, current["pairs"])]
-    if use_bm25:
-        axes.append(("bm25", list(config.grid.get("bm25", [current["bm25"]]))))
-    names = [a for a, _ in axes]
-    combos = [dict(zip(names, c)) for c in itertools.product(*[v for _, v in axes])]
-    combos = [w for w in combos if any(w[c] > 0 for c in channels) and any(w[k] > 0 for k in pair_keys)]
-    cw = np.array([[w[c] for c in channels] for w in combos])
-    pw = np.array([[w[k] for k in pair_keys] for w in combos])
-    d = np.einsum("npc,kp,kc->kn", dist, pw, cw)
-    if use_bm25:
-        d = d + np.array([w["bm25"] for w in combos])[:, None] * (1.0 - ratio)[None, :]
+    combos = grid_combinations(channels, pair_keys, config.grid, net.metric_spec(), use_bm25)
+    d = combination_distances(dist, combos, channels, pair_keys, (1.0 - ratio) if use_bm25 else None)
     per_query = GroupTable(pairs.q, pairs.y, config.relevant_min).per_query_ap(np.exp(-d))  # [combinations, queries]
     all_channels = channels + (["bm25"] if use_bm25 else [])
     if rule == "simplest":

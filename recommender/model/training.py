@@ -27,7 +27,7 @@ from .bundle import Prepared, TicketModel, _package_versions, build_topic_vocab,
 from ..data.records import Query, Ticket
 from .adaptation import keep_saved_encoder
 from .static_fit import fit_static_encoder
-from .siamese import CHANNELS, ReplicatedSiameseLSTM, SiameseConfig, metric_distance
+from .siamese import ReplicatedSiameseLSTM, SiameseConfig, metric_distance
 from ..data.store import Dataset
 from ..lexical.bm25 import Bm25Scorer
 from .sentences import SentenceSplitter
@@ -108,45 +108,60 @@ def lexical_features(pairs: PairSet, kb: Sequence[Ticket] | Bm25Scorer) -> np.nd
 # weight selection (Table 2 grid)
 # ---------------------------------------------------------------------------------------------------
 
+def grid_combinations(channels: Sequence[str], pair_keys: Sequence[str], grid: dict, current: dict,
+                      use_bm25: bool) -> list[dict[str, float]]:
+    """Every weighting of a grid, as {channel, "QUERY|TICKET" pair key, and "bm25" when `use_bm25`: weight}. `grid`
+    maps those names to candidate weights; a weight it does not name keeps its value in `current` (a metric spec).
+    Weightings that weigh no channel or no pair are left out."""
+    axes = [(c, list(grid.get(c, [current["channels"][c]]))) for c in channels]
+    axes += [(k, list(grid.get(k, [v]))) for k, (_, _, v) in zip(pair_keys, current["pairs"])]
+    if use_bm25:
+        axes.append(("bm25", list(grid.get("bm25", [current["bm25"]]))))
+    names = [a for a, _ in axes]
+    combos = [dict(zip(names, c)) for c in itertools.product(*[v for _, v in axes])]
+    return [w for w in combos if any(w[c] > 0 for c in channels) and any(w[k] > 0 for k in pair_keys)]
+
+
+def combination_distances(dist: np.ndarray, combos: Sequence[dict[str, float]], channels: Sequence[str],
+                          pair_keys: Sequence[str], lexical: np.ndarray | None = None) -> np.ndarray:
+    """The metric's distance d of every pair under each weighting: [N, P, C] distances (and, for weightings with
+    "bm25", the [N] lexical distances 1 − bm25 ratio) → [len(combos), N]."""
+    cw = np.array([[w[c] for c in channels] for w in combos], dtype=np.float64).reshape(len(combos), len(channels))
+    pw = np.array([[w[k] for k in pair_keys] for w in combos], dtype=np.float64).reshape(len(combos), len(pair_keys))
+    d = np.einsum("npc,kp,kc->kn", dist, pw, cw)
+    if lexical is not None:
+        d = d + np.array([w.get("bm25", 0.0) for w in combos])[:, None] * np.asarray(lexical)[None, :]
+    return d
+
+
+#: Weightings scored together by `select_weights` (bounds its memory on large grids).
+_GRID_CHUNK = 2048
+
+
 def select_weights(dist: np.ndarray, labels: np.ndarray, groups: np.ndarray, pairs: Sequence[Sequence],
                    channels: Sequence[str], grid: dict, current: dict, bm25_ratio: np.ndarray | None = None,
                    objective: str = "map", relevant_min: float = 3.0) -> tuple[dict, float]:
-    """Evaluate every combination of the grid on precomputed [N, P, C] distances (numpy) and return the best spec.
-
-    `grid` maps channel names ("h", "E", "T", "S"), "bm25" and pair keys "QUERY|TICKET" to candidate weights; a
-    weight the grid does not name keeps its value in `current` (a metric spec). The objective is rerank MAP over
-    the groups, or Pearson r of g with the labels.
-    """
+    """Evaluate every combination of the grid (`grid_combinations`) on precomputed [N, P, C] distances and return
+    the best spec (the first of equal bests, in grid order) and its value. The objective is rerank MAP over the
+    groups, or Pearson r of g with the labels."""
     pair_keys = [f"{a}|{b}" for a, b, *_ in pairs]
-    axes: list[tuple[str, list[float]]] = []
-    for c in channels:
-        axes.append((c, list(grid.get(c, [current["channels"][c]]))))
-    for key, (_, _, v) in zip(pair_keys, current["pairs"]):
-        axes.append((key, list(grid.get(key, [v]))))
     use_bm25 = bm25_ratio is not None and current.get("bm25", 0) > 0
-    if use_bm25:
-        axes.append(("bm25", list(grid.get("bm25", [current["bm25"]]))))
-    best, best_score = None, -np.inf
-    names = [a for a, _ in axes]
+    combos = grid_combinations(channels, pair_keys, grid, current, use_bm25)
+    if not combos:
+        raise InputError("the weight grid weighs no channel or no pair in every combination; give it a positive weight")
     table = GroupTable(groups, labels, relevant_min)
     lexical = (1.0 - bm25_ratio) if use_bm25 else None
-    for combo in itertools.product(*[vals for _, vals in axes]):
-        w = dict(zip(names, combo))
-        cw = np.array([w[c] for c in channels])
-        pw = np.array([w[k] for k in pair_keys])
-        if not cw.any() or not pw.any():
-            continue
-        d = np.einsum("npc,p,c->n", dist, pw, cw)
-        if use_bm25:
-            d = d + w["bm25"] * lexical
-        g = np.exp(-d)
-        score = table.map(g) if objective == "map" else correlations(g, labels)[0]
-        if score > best_score + 1e-12:
-            best, best_score = w, score
+    scores = []
+    for start in range(0, len(combos), _GRID_CHUNK):
+        g = np.exp(-combination_distances(dist, combos[start:start + _GRID_CHUNK], channels, pair_keys, lexical))
+        scores.append(table.per_query_ap(g).mean(axis=1) if objective == "map"
+                      else np.array([correlations(row, labels)[0] for row in g]))
+    scores = np.concatenate(scores)
+    best = combos[int(np.argmax(scores))]
     spec = {"pairs": [[a, b, float(best[k])] for (a, b, *_), k in zip(pairs, pair_keys)],
             "channels": {c: float(best[c]) for c in channels},
             "bm25": float(best["bm25"]) if use_bm25 else current.get("bm25", 0.0)}
-    return spec, float(best_score)
+    return spec, float(scores.max())
 
 
 # ---------------------------------------------------------------------------------------------------
