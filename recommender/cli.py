@@ -394,7 +394,6 @@ def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vect
     import time
 
     from .data.importers import load_many
-    from .data.store import Dataset
     from .errors import InputError
     from .model.feedback import feedback_dataset, merge
     from .model.unsupervised import train_without_labels
@@ -1175,7 +1174,7 @@ def demo(n_tickets: int, n_queries: int, seed: int, pretrained: bool, host: str,
             model = TicketModel.load(cfg.model)
         else:
             config = SiameseConfig.preset("default_s" if pretrained else "default")
-            click.echo(f"2/3 model: training the Replicated Siamese LSTM on the knowledge base's labelled pairs")
+            click.echo("2/3 model: training the Replicated Siamese LSTM on the knowledge base's labelled pairs")
             model = train_model(store.dataset(), None, config, cfg.model, seed=seed, progress=True)
         click.echo("3/3 index: encoding new or changed tickets")
         version = reindex_here(cfg, store, model, progress=True)["version"]

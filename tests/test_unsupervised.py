@@ -16,8 +16,9 @@ from recommender.model.bundle import TicketModel
 from recommender.model.calibration import Calibrator
 from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs
 from recommender.model.siamese import MERGED
-from recommender.model.unsupervised import (LABEL_FREE_GRID, RANK_LOSS, RankedSlice, combination_spec, grid_results,
-                                            mrr_at_k, select_by_rank, train_without_labels)
+from recommender.model.unsupervised import (CALIBRATION_BAND, LABEL_FREE_GRID, RANK_LOSS, RankedSlice, band_negatives,
+                                            combination_spec, grid_results, mrr_at_k, select_by_rank,
+                                            train_without_labels)
 
 #: The tiny dimensions of tests/conftest.py's models, no pretrained channel (no MiniLM in a unit test).
 TINY = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 6, "topic_vocab": 80, "topic_epochs": 2,
@@ -138,6 +139,27 @@ def test_label_free_model_ranks_a_held_out_ticket_above_random_ones(label_free):
     own_rows = np.array([[t.id for t in tickets].index(tid) for tid in held])
     assert mrr_at_k(np.stack(ranks), own_rows) > 0.3  # random order: about 0.02 over 120 tickets
     assert by_id  # the slice names real tickets
+
+
+def test_band_negatives_are_tickets_the_query_ranks_5th_to_20th_by_the_served_score(label_free):
+    """The calibration's extra NO pair of each query is a ticket other than its own at a rank within
+    `CALIBRATION_BAND`, by the score serving gives (`TicketModel.score_pairs`, BM25 share included)."""
+    from recommender.data.records import NO, YES
+    from recommender.model.pairs import PairSet
+    from recommender.model.training import PreparedPairs, lexical_features
+
+    _, model_dir, tickets, _ = label_free
+    model = TicketModel.load(model_dir)
+    scorer = Bm25Scorer(tickets)
+    queries = [Query(t.subject, t.description[:80]) for t in tickets[:8]]
+    own = PairSet(queries, tickets[:8], np.arange(8), np.arange(8), np.full(8, YES))
+    g, y = band_negatives(model, PreparedPairs.of(model, own, lexical_features(own, scorer)), tickets, scorer, seed=0)
+    assert g.shape == (8,) and (y == NO).all()
+    low, high = CALIBRATION_BAND
+    for i, q in enumerate(queries):
+        served = model.score_pairs([q] * len(tickets), tickets, scorer.lexical(f"{q.subject}\n{q.description}"))
+        others = np.sort(np.delete(served, i))[::-1]  # its own ticket left out
+        assert np.isclose(others[low - 1:high], g[i], rtol=1e-5).any()
 
 
 def _serving_engine(home, model_dir):

@@ -13,7 +13,7 @@ import math
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from tqdm import tqdm

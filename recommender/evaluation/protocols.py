@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from ..errors import InputError
 from ..files import atomic_write_text
-from ..data.records import Query, Recommendation, Ticket
+from ..data.records import Query, Recommendation
 from ..data.store import Dataset
 from . import metrics as M
 

@@ -313,6 +313,23 @@ def pair_scores(model: TicketModel, data: PreparedPairs) -> np.ndarray:
     return _scores(model, pair_distances(model, data.queries, data.tickets, data.pairs), data.lexical)
 
 
+def cross_scores(model: TicketModel, queries: Prepared, tickets: Prepared, lexical: np.ndarray | None = None,
+                 max_pairs: int = 20_000) -> np.ndarray:
+    """[Q, T] g of every prepared query against every prepared ticket, as `pair_scores` scores a pair (`lexical`
+    [Q, T]: the BM25 share, or None); each side encoded once, the pairs scored `max_pairs` at a time."""
+    q, t = _encode_all(model, queries), _encode_all(model, tickets)
+    n_q, n_t = len(queries.tokens), len(tickets.tokens)
+    out = np.zeros((n_q, n_t), dtype=np.float64)
+    step = max(1, max_pairs // max(n_t, 1))
+    for start in range(0, n_q, step):
+        rows = np.arange(start, min(n_q, start + step))
+        qi, ti = torch.from_numpy(np.repeat(rows, n_t)), torch.from_numpy(np.tile(np.arange(n_t), len(rows)))
+        with torch.no_grad():
+            dist = model.net.distances({k: v[qi] for k, v in q.items()}, {k: v[ti] for k, v in t.items()}).numpy()
+        out[rows] = _scores(model, dist, None if lexical is None else lexical[rows].reshape(-1)).reshape(len(rows), n_t)
+    return out
+
+
 def evaluate(model: TicketModel, data: PreparedPairs) -> dict:
     """Pearson r, Spearman ρ, calibrated MSE (1–5 scale) and rerank MAP of `model` on labelled pairs."""
     g = pair_scores(model, data)
