@@ -238,9 +238,13 @@ def _encode_all(model: TicketModel, prepared: Prepared) -> dict[str, torch.Tenso
 
 def pair_distances(model: TicketModel, qp: Prepared, tp: Prepared, pairs: PairSet) -> np.ndarray:
     """[N, P, C] channel distances of every labelled pair (queries and tickets encoded once)."""
-    q, t = _encode_all(model, qp), _encode_all(model, tp)
+    return _gathered_distances(model, _encode_all(model, qp), _encode_all(model, tp), pairs.q, pairs.t)
+
+
+def _gathered_distances(model: TicketModel, q: dict, t: dict, qi: np.ndarray, ti: np.ndarray) -> np.ndarray:
+    """[N, P, C] channel distances of the pairs (query row qi[n], ticket row ti[n]) of encoded queries and tickets."""
     with torch.no_grad():
-        qi, ti = torch.from_numpy(pairs.q), torch.from_numpy(pairs.t)
+        qi, ti = torch.from_numpy(np.asarray(qi)), torch.from_numpy(np.asarray(ti))
         return model.net.distances({k: v[qi] for k, v in q.items()}, {k: v[ti] for k, v in t.items()}).numpy()
 
 
@@ -323,9 +327,7 @@ def cross_scores(model: TicketModel, queries: Prepared, tickets: Prepared, lexic
     step = max(1, max_pairs // max(n_t, 1))
     for start in range(0, n_q, step):
         rows = np.arange(start, min(n_q, start + step))
-        qi, ti = torch.from_numpy(np.repeat(rows, n_t)), torch.from_numpy(np.tile(np.arange(n_t), len(rows)))
-        with torch.no_grad():
-            dist = model.net.distances({k: v[qi] for k, v in q.items()}, {k: v[ti] for k, v in t.items()}).numpy()
+        dist = _gathered_distances(model, q, t, np.repeat(rows, n_t), np.tile(np.arange(n_t), len(rows)))
         out[rows] = _scores(model, dist, None if lexical is None else lexical[rows].reshape(-1)).reshape(len(rows), n_t)
     return out
 

@@ -600,13 +600,13 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
             lab_data = PreparedPairs.of(model, labelled_pairs,
                                         lexical_features(labelled_pairs, kb_scorer) if use_lexical else None, progress)
         _unit_scale(model, cal_data)
-        g = pair_scores(model, cal_data)
+        cal_g = pair_scores(model, cal_data)
         band_g, band_y = band_negatives(model, cal_data, tickets, kb_scorer if use_lexical else None, seed, progress)
-        g, y = np.concatenate([g, band_g]), np.concatenate([cal.y, band_y])
+        g, y = np.concatenate([cal_g, band_g]), np.concatenate([cal.y, band_y])
         if labelled_pairs is not None:
             g, y = np.concatenate([g, pair_scores(model, lab_data)]), np.concatenate([y, labelled_pairs.y])
         model.calibrator = Calibrator.fit_centered(g, y)
-    calibrated = model.calibrate(pair_scores(model, cal_data))
+    calibrated = model.calibrate(cal_g)
     yes = cal.y == YES
     echo(f"calibrated: held-out own-subject queries score {np.median(calibrated[yes]):.2f} (median), random "
          f"tickets {np.median(calibrated[~yes]):.2f}, the tickets they rank {CALIBRATION_BAND[0]}th to "
