@@ -8,7 +8,7 @@ evaluate --duplicates`). Also prints what fine-tuning decided: S adapted or not,
 
     .venv/bin/python benchmarks/feedback_seamonkey.py --model M \
         [--kb ../shared/data/seamonkey/SeaMonkey_bugs.csv --links ../shared/data/seamonkey/SeaMonkey_bugs-combined.csv]
-        [--no 3] [--seed 0] [--half 1]
+        [--no 3] [--seed 0] [--half 1] [--keep DIR]
 
 M is a model trained on the same knowledge base (e.g. `ticketrec train` label-free after importing it).
 Prints a markdown table (before / after, 95 % bootstrap intervals) and the commands it ran.
@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--half", type=int, choices=(0, 1), default=0,
                     help="which half of the shuffled pairs gives the feedback (the other is evaluated)")
     ap.add_argument("--epochs", type=int, default=None)
+    ap.add_argument("--keep", default=None, help="save the tuned model in this directory (e.g. for score_promises.py)")
     args = ap.parse_args()
 
     from recommender.config import Settings
@@ -90,6 +91,8 @@ def main() -> None:
     run("train", "--with-feedback", "--base", args.model, "--out", str(after_dir),
         *(["--epochs", str(args.epochs)] if args.epochs else []))
     after = TicketModel.load(after_dir)
+    if args.keep:
+        shutil.copytree(after_dir, args.keep)
 
     with EngineRanker(before, tickets, settings, progress=False) as r0, \
             EngineRanker(after, tickets, settings, progress=False) as r1:

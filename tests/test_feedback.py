@@ -132,11 +132,14 @@ def _give_yes(store, data, n_queries=None):
 
 def test_yes_only_feedback_recalibrates_on_random_tickets_as_no(kb):
     """A calibrator fitted on YES alone would map every score to 5; random tickets of the knowledge base are the
-    NO side, so judged tickets still score above random ones afterwards and scores keep their spread."""
+    NO side, and, as label-free training calibrates, one ticket each judged query ranks 5th to 20th (the off-topic
+    promise), so judged tickets still score above random ones afterwards and scores keep their spread."""
+    from recommender.model.unsupervised import CALIBRATION_BAND
+
     _, store, model_dir, data = kb
     given = _give_yes(store, data)
     assert len(given) >= 8
-    tuned, _ = fine_tune(TicketModel.load(model_dir), feedback_dataset(store), data, None, seed=0, epochs=1,
+    tuned, report = fine_tune(TicketModel.load(model_dir), feedback_dataset(store), data, None, seed=0, epochs=1,
                          progress=False, knowledge_base=data.tickets)
     by_id = {t.id: t for t in data.tickets}
     queries = [q for q, _ in given]
@@ -151,6 +154,10 @@ def test_yes_only_feedback_recalibrates_on_random_tickets_as_no(kb):
     rand = scores([data.tickets[int(i)] for i in rng.choice(len(data.tickets), len(given))])
     assert np.median(yes) > np.median(rand) + 1.0
     assert len(np.unique(np.round(np.r_[yes, rand], 6))) > len(given)
+    fitted = report["calibration"]
+    assert fitted["judged"]["pairs"] == len(given)
+    assert fitted[f"ranked {CALIBRATION_BAND[0]}th-{CALIBRATION_BAND[1]}th NO"]["pairs"] == len(given)
+    assert fitted["random NO"]["pairs"] > len(given)
 
 
 def test_feedback_re_selects_weights_that_rank_the_judged_tickets_better(kb):

@@ -162,6 +162,30 @@ def test_band_negatives_are_tickets_the_query_ranks_5th_to_20th_by_the_served_sc
         assert np.isclose(others[low - 1:high], g[i], rtol=1e-5).any()
 
 
+def test_band_negatives_leave_out_every_ticket_labelled_above_no(label_free):
+    """A judged query (feedback) may have several relevant tickets: the band is taken among the others, so none of
+    them is ever its NO pair."""
+    from recommender.data.records import LABEL_SCORES, YES
+    from recommender.model.pairs import PairSet
+    from recommender.model.training import PreparedPairs, lexical_features
+
+    _, model_dir, tickets, _ = label_free
+    model = TicketModel.load(model_dir)
+    scorer = Bm25Scorer(tickets)
+    query = Query(tickets[3].subject, tickets[3].description[:80])
+    served = model.score_pairs([query] * len(tickets), tickets, scorer.lexical(f"{query.subject}\n{query.description}"))
+    order = np.argsort(-served)
+    judged = 30  # its own ticket YES, and the next 29 it ranks best REL
+    assert len(tickets) > judged + CALIBRATION_BAND[1]
+    pairs = PairSet([query], [tickets[int(j)] for j in order[:judged]], np.zeros(judged, np.int64),
+                    np.arange(judged), np.r_[YES, np.full(judged - 1, LABEL_SCORES["REL"])])
+    g, _ = band_negatives(model, PreparedPairs.of(model, pairs, lexical_features(pairs, scorer)), tickets, scorer,
+                          seed=0)
+    low, high = CALIBRATION_BAND
+    assert g.shape == (1,)
+    assert np.isclose(served[order][judged + low - 1:judged + high], g[0], rtol=1e-5).any()
+
+
 def _serving_engine(home, model_dir):
     """The serving engine over an index of the home's tickets built with `model_dir` (every ticket scored)."""
     from recommender.config import Settings

@@ -22,7 +22,7 @@ from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fi
 from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
-from .unsupervised import CALIBRATION_NEGATIVES, select_by_rank
+from .unsupervised import CALIBRATION_BAND, CALIBRATION_NEGATIVES, band_negatives, select_by_rank
 from ..lexical.bm25 import Bm25Scorer
 
 #: The fewest relevant judgements (YES/REL pairs) that may re-select the channel and pair weights.
@@ -135,12 +135,17 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
             _say(f"weights on {selection['queries']} judged queries: MRR@10 {selection['current']:.3f} with the "
                  f"model's, {selection['cross_validated']:.3f} re-selected (cross-validated; standard error of "
                  f"the difference {selection['stderr']:.3f}): {'re-selected' if selection['changed'] else 'kept'}")
-    tuned.calibrator = _recalibrate(tuned, fit_set, list(knowledge_base), kb, seed, progress) or model.calibrator
+    calibrator, calibration = _recalibrate(tuned, fit_set, list(knowledge_base), kb, seed, progress)
+    tuned.calibrator = calibrator or model.calibrator
+    if calibration and progress:
+        _say("recalibrated on " + ", ".join(f"{c['pairs']} {name} pairs (median score {c['median_score']})"
+                                            for name, c in calibration.items() if c["pairs"]))
     after = evaluate(tuned, dev_set) if dev_set is not None else None
     report = {"base_version": base_version, "train_pairs": len(fit_pairs),
               "held_out_pairs": len(dev_pairs) if dev_pairs else 0,
               "epochs": config.epochs if epochs is None else epochs, "before": before, "after": after,
               "history": history, "sentence_encoder": adaptation, "weight_selection": selection,
+              "calibration": calibration,
               "wall_seconds": round(time.time() - started, 1)}
     tuned.meta.setdefault("fine_tuning", []).append(
         {**report, "data_fingerprint": dataset_fingerprint(train, held_out)})
@@ -158,12 +163,14 @@ def _say(line: str) -> None:
 
 
 def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Ticket], kb: Bm25Scorer | None,
-                 seed: int, progress: bool) -> Calibrator | None:
+                 seed: int, progress: bool) -> tuple[Calibrator | None, dict]:
     """The calibrator refitted (centred isotonic, ties broken by raw score) on the judged pairs and, for each judged
-    query, `CALIBRATION_NEGATIVES` random tickets of the knowledge base as NO: feedback is mostly YES, and a
-    calibrator fitted on one label maps every score to it. None when there is nothing to fit on."""
+    query, `CALIBRATION_NEGATIVES` random tickets of the knowledge base and one it ranks 5th–20th
+    (`unsupervised.band_negatives`) as NO, as label-free training calibrates: feedback is mostly YES, and a
+    calibrator fitted on one label maps every score to it. Returns it (None when there is nothing to fit on) and
+    the pairs it was fitted on: how many of each kind and their median calibrated score."""
     pairs = data.pairs
-    g, y = pair_scores(model, data), pairs.y
+    parts = {"judged": (pair_scores(model, data), pairs.y)}
     if tickets:
         rng = np.random.default_rng(seed + 5)
         judged = {(int(qi), pairs.tickets[int(ti)].id) for qi, ti in zip(pairs.q, pairs.t)}
@@ -179,13 +186,20 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
             negatives = PairSet(pairs.queries, [tickets[r] for r in used], np.array(q, np.int64),
                                 np.array([at[r] for r in t], np.int64), np.full(len(q), float(NO)))
             lex = lexical_features(negatives, kb) if data.lexical is not None else None
-            g = np.concatenate([g, pair_scores(model, PreparedPairs(negatives, data.queries,
-                                                                    model.prepare(negatives.tickets, "ticket", progress),
-                                                                    lex))])
-            y = np.concatenate([y, negatives.y])
+            parts["random NO"] = (pair_scores(model, PreparedPairs(negatives, data.queries,
+                                                                   model.prepare(negatives.tickets, "ticket", progress),
+                                                                   lex)), negatives.y)
+        band_scorer = Bm25Scorer(list(tickets)) if data.lexical is not None else None
+        parts[f"ranked {CALIBRATION_BAND[0]}th-{CALIBRATION_BAND[1]}th NO"] = band_negatives(
+            model, data, tickets, band_scorer, seed, progress)
+    g = np.concatenate([part[0] for part in parts.values()])
+    y = np.concatenate([part[1] for part in parts.values()])
     if len(np.unique(y)) < 2:
-        return None
-    return Calibrator.fit_centered(g, y)
+        return None, {}
+    calibrator = Calibrator.fit_centered(g, y)
+    return calibrator, {name: {"pairs": int(len(part[0])),
+                               "median_score": round(float(np.median(calibrator(part[0]))), 2) if len(part[0]) else None}
+                        for name, part in parts.items()}
 
 
 def reselect_weights(model: TicketModel, judged: JudgedQueries, seed: int = 0, progress: bool = False) -> dict:

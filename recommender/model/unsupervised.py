@@ -396,8 +396,8 @@ def calibration_pairs(mined: MinedPairs, kb: Sequence[Ticket], augmenter: Augmen
 def band_negatives(model: TicketModel, cal: PreparedPairs, kb: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
                    seed: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(g, y) of one more NO pair per calibration query: a ticket it ranks at a random place between
-    `CALIBRATION_BAND`'s ranks among the other tickets (its own left out; `BAND_TICKETS` of them, sampled from a
-    larger knowledge base), scored as serving scores it.
+    `CALIBRATION_BAND`'s ranks among the other tickets (its own, and any ticket `cal` labels above NO, left out;
+    `BAND_TICKETS` of them, sampled from a larger knowledge base), scored as serving scores it.
 
     A query has few related tickets, so its 5th to 20th are mostly not what it needs, yet they are its closest
     unrelated ones. An off-topic query's best result is such a ticket: its best match in a knowledge base that does
@@ -412,16 +412,18 @@ def band_negatives(model: TicketModel, cal: PreparedPairs, kb: Sequence[Ticket],
     pairs = cal.pairs
     lexical = None if kb_scorer is None else np.stack([kb_scorer.lexical(query_text(q), rows) for q in pairs.queries])
     g = cross_scores(model, cal.queries, model.prepare(sample, "ticket", progress), lexical)
-    n_q, n_t = g.shape
-    own = {int(q): pairs.tickets[int(t)].id for q, t, y in zip(pairs.q, pairs.t, pairs.y) if y == YES}
+    n_q = len(g)
     column = {t.id: j for j, t in enumerate(sample)}
-    for q, ticket_id in own.items():
-        if ticket_id in column:
-            g[q, column[ticket_id]] = -np.inf
+    for q, t, y in zip(pairs.q, pairs.t, pairs.y):  # a query's own or relevant tickets are never its band
+        j = column.get(pairs.tickets[int(t)].id)
+        if y > NO and j is not None:
+            g[int(q), j] = -np.inf
+    others = np.isfinite(g).sum(axis=1)
     low, high = CALIBRATION_BAND
-    ranks = np.minimum(rng.integers(low, high + 1, size=n_q), n_t - 1) - 1  # 0-based, the own ticket last
-    band = np.take_along_axis(-np.sort(-g, axis=1), ranks[:, None], axis=1)[:, 0]
-    return band, np.full(n_q, float(NO))
+    ranks = np.minimum(rng.integers(low, high + 1, size=n_q), others) - 1  # 0-based, the left-out tickets last
+    band = np.take_along_axis(-np.sort(-g, axis=1), np.maximum(ranks, 0)[:, None], axis=1)[:, 0]
+    keep = ranks >= 0
+    return band[keep], np.full(int(keep.sum()), float(NO))
 
 
 def _view_text(view: Ticket) -> str:
