@@ -247,6 +247,31 @@ def test_the_default_model_keeps_every_score_promise(label_free_default):
     _off_topic_scores_low_and_results_never_tie(engine, tickets)
 
 
+def test_feedback_refits_the_calibrator_on_the_mined_pairs_too_and_keeps_the_promises(label_free_default, tmp_path):
+    """`train --with-feedback` on a label-free model refits the calibrator on the judgements plus the model's own
+    calibration pairs mined again from the knowledge base (as many as its training used), and the tuned model still
+    keeps the score promises through the serving engine."""
+    from recommender.model.feedback import fine_tune
+
+    home, model_dir, tickets = label_free_default
+    base = TicketModel.load(model_dir)
+    judged = tickets[20:32]
+    queries = [Query(f"{t.subject} again", t.description[:60], id=f"fb-{i}") for i, t in enumerate(judged)]
+    feedback = Dataset(list(judged), queries, [LabeledPair(q.id, t.id, 5.0) for q, t in zip(queries, judged)],
+                       source="feedback")
+    tuned_dir = tmp_path / "tuned"
+    _, report = fine_tune(base, feedback, None, tuned_dir, seed=0, epochs=1, progress=False, knowledge_base=tickets)
+    fitted = report["calibration"]
+    mined = {name: c["pairs"] for name, c in fitted.items() if name.startswith("mined ")}
+    assert len(mined) == 3 and sum(mined.values()) == base.meta["training"]["calibration_pairs"]
+    assert fitted["mined own-ticket YES"]["median_score"] > 4.0 > fitted["mined random NO"]["median_score"]
+    engine = _serving_engine(home, tuned_dir)
+    for ticket in tickets[:5]:
+        best = engine.recommend(Query(ticket.subject, ticket.description), k=2)
+        assert best[0].ticket.id == ticket.id and best[0].score >= 4.5
+    _off_topic_scores_low_and_results_never_tie(engine, tickets)
+
+
 def test_centered_calibration_is_strictly_increasing_and_keeps_the_isotonic_levels(tmp_path):
     rng = np.random.default_rng(0)
     g = np.r_[rng.uniform(0.0, 0.4, 300), rng.uniform(0.3, 0.9, 100)]

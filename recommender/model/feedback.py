@@ -22,7 +22,7 @@ from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fi
 from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
-from .unsupervised import CALIBRATION_BAND, CALIBRATION_NEGATIVES, band_negatives, select_by_rank
+from .unsupervised import CALIBRATION_BAND, CALIBRATION_NEGATIVES, band_negatives, mined_calibration, select_by_rank
 from ..lexical.bm25 import Bm25Scorer
 
 #: The fewest relevant judgements (YES/REL pairs) that may re-select the channel and pair weights.
@@ -167,8 +167,10 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
     """The calibrator refitted (centred isotonic, ties broken by raw score) on the judged pairs and, for each judged
     query, `CALIBRATION_NEGATIVES` random tickets of the knowledge base and one it ranks 5th–20th
     (`unsupervised.band_negatives`) as NO, as label-free training calibrates: feedback is mostly YES, and a
-    calibrator fitted on one label maps every score to it. Returns it (None when there is nothing to fit on) and
-    the pairs it was fitted on: how many of each kind and their median calibrated score."""
+    calibrator fitted on one label maps every score to it. A label-free model's own calibration pairs, mined again
+    from the knowledge base (`unsupervised.mined_calibration`), join them: a few dozen judgements adjust the scale
+    rather than define it. Returns the calibrator (None when there is nothing to fit on) and the pairs it was fitted
+    on: how many of each kind and their median calibrated score."""
     pairs = data.pairs
     parts = {"judged": (pair_scores(model, data), pairs.y)}
     if tickets:
@@ -189,9 +191,10 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
             parts["random NO"] = (pair_scores(model, PreparedPairs(negatives, data.queries,
                                                                    model.prepare(negatives.tickets, "ticket", progress),
                                                                    lex)), negatives.y)
-        band_scorer = Bm25Scorer(list(tickets)) if data.lexical is not None else None
+        kb_scorer = Bm25Scorer(list(tickets)) if data.lexical is not None else None
         parts[f"ranked {CALIBRATION_BAND[0]}th-{CALIBRATION_BAND[1]}th NO"] = band_negatives(
-            model, data, tickets, band_scorer, seed, progress)
+            model, data, tickets, kb_scorer, seed, progress)
+        parts.update(mined_calibration(model, tickets, kb_scorer, progress))
     g = np.concatenate([part[0] for part in parts.values()])
     y = np.concatenate([part[1] for part in parts.values()])
     if len(np.unique(y)) < 2:

@@ -426,6 +426,40 @@ def band_negatives(model: TicketModel, cal: PreparedPairs, kb: Sequence[Ticket],
     return band[keep], np.full(int(keep.sum()), float(NO))
 
 
+def mined_calibration(model: TicketModel, tickets: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
+                      progress: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A label-free model's own kinds of calibration pairs, mined again from `tickets` with the mining config and
+    seed its training recorded and scored by `model` as serving scores them: {"mined own-ticket YES", "mined random
+    NO", "mined ranked 5th-20th NO": (g, y)}. What `train --with-feedback` refits the calibrator on besides the
+    judgements, so that a few judgements adjust the score scale rather than define it. Empty for a model not
+    trained label-free, or when `tickets` cannot be mined."""
+    training = model.meta.get("training") or {}
+    if training.get("mode") != "label-free" or "config" not in (training.get("mining") or {}):
+        return {}
+    seed = int(model.meta.get("seed", 0))
+    mining = MiningConfig.from_dict(training["mining"]["config"])
+    augmenter = vocabulary_augmenter(model.vocab, model.net.embedder.words.weight.detach().cpu().numpy(), seed)
+    try:
+        mined = mine_pairs(list(tickets), mining, seed, augmenter)
+    except InputError:  # too few tickets, or two with one id
+        return {}
+    cal, cal_data = _prepared_calibration(model, mined, tickets, augmenter, kb_scorer, seed, progress)
+    g = pair_scores(model, cal_data)
+    yes = cal.y == YES
+    low, high = CALIBRATION_BAND
+    return {"mined own-ticket YES": (g[yes], cal.y[yes]), "mined random NO": (g[~yes], cal.y[~yes]),
+            f"mined ranked {low}th-{high}th NO": band_negatives(model, cal_data, tickets, kb_scorer, seed, progress)}
+
+
+def _prepared_calibration(model: TicketModel, mined: MinedPairs, tickets: Sequence[Ticket], augmenter: Augmenter,
+                          kb_scorer: Bm25Scorer | None, seed: int, progress: bool) -> tuple[PairSet, PreparedPairs]:
+    """The calibration pairs of `mined` (`calibration_pairs`) and the same prepared by `model`, with the lexical
+    feature over `kb_scorer`'s knowledge base when given."""
+    cal = calibration_pairs(mined, tickets, augmenter, seed)
+    return cal, PreparedPairs.of(model, cal, lexical_features(cal, kb_scorer) if kb_scorer is not None else None,
+                                 progress)
+
+
 def _view_text(view: Ticket) -> str:
     return "\n".join(part for part in (view.description, view.solution) if part)
 
@@ -595,9 +629,8 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     echo(f"metric weights: {_short(net.metric_spec())}")
 
     with stages("calibrating on serving-like pairs"):
-        cal = calibration_pairs(mined, tickets, augmenter, seed)
-        cal_lex = lexical_features(cal, kb_scorer) if use_lexical else None
-        cal_data = PreparedPairs.of(model, cal, cal_lex, progress)
+        cal, cal_data = _prepared_calibration(model, mined, tickets, augmenter, kb_scorer if use_lexical else None,
+                                              seed, progress)
         if labelled_pairs is not None:
             lab_data = PreparedPairs.of(model, labelled_pairs,
                                         lexical_features(labelled_pairs, kb_scorer) if use_lexical else None, progress)
