@@ -86,7 +86,9 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
         train, held_out = split_queries(train, model.siamese_config.dev_share, seed)
     fit_pairs = PairSet.from_dataset(train, "training")
     dev_pairs = PairSet.from_dataset(held_out, "held-out") if held_out.pairs else None
-    kb = _knowledge_base(train, held_out, Dataset(list(knowledge_base), [], [])) if model.siamese_config.bm25 > 0 else None
+    # the knowledge base's tickets first: their rows in `kb` are their places in `knowledge_base` (the calibration's
+    # ranking of it reads them)
+    kb = _knowledge_base(Dataset(list(knowledge_base), [], []), train, held_out) if model.siamese_config.bm25 > 0 else None
     config = model.siamese_config
     judged = None
     if knowledge_base:
@@ -191,7 +193,7 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
             parts["random NO"] = (pair_scores(model, PreparedPairs(negatives, data.queries,
                                                                    model.prepare(negatives.tickets, "ticket", progress),
                                                                    lex)), negatives.y)
-        kb_scorer = Bm25Scorer(list(tickets)) if data.lexical is not None else None
+        kb_scorer = kb if data.lexical is not None else None  # its first rows are `tickets`
         parts[f"ranked {CALIBRATION_BAND[0]}th-{CALIBRATION_BAND[1]}th NO"] = band_negatives(
             model, data, tickets, kb_scorer, seed, progress)
         parts.update(mined_calibration(model, tickets, kb_scorer, progress))
