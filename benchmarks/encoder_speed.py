@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/encoder_speed.py --only query --components-of MODEL_DIR    # a model's S components
     .venv/bin/python benchmarks/encoder_speed.py --only quality --backends onnx-int8,static
     .venv/bin/python benchmarks/encoder_speed.py --only quality --backends static-fitted   # fitted as training does
+    .venv/bin/python benchmarks/encoder_speed.py --only ceiling --tickets 1000   # the matrix products alone
 
 Speed ("index-build-style"): the S encoding of real-vocabulary tickets (`benchmarks/real_kb.py`: SeaMonkey bug
 reports and SemEval-2016 threads recombined by sentence; needs `../shared/data/`), as an index build does it: the
@@ -26,6 +27,13 @@ Quality: S alone, zero-shot, for each backend and truncation length: SemEval-201
 MRR@10 (the "MiniLM zero-shot" row: SUB+DESC against SUB+DESC+SOL, cosine, the knowledge base minus the query).
 "static-fitted" is the static backend fitted to a knowledge base as training fits it (`static_fit.py`): on
 SemEval-2016 train-part2's tickets for dev, on the SeaMonkey tickets outside every duplicate pair for the duplicates.
+
+Ceiling: how fast the transformer could encode if it were nothing but its matrix products. A graph of the
+encoder's dense layers only (per layer the fused Q/K/V projection, the output projection and the two feed-forward
+matrices, at the packaged encoder's sizes, random weights), quantised as the export quantises (`quantize_dynamic`,
+int8 weights per channel, activations on the fly), runs on every ticket's texts at their real word-piece lengths
+on one thread: no tokeniser, attention scores, softmax, layer norm, GELU or pooling. What it reaches on one core,
+twice that on two (perfect scaling), bounds from above what any lever of the encoder's own graph can reach.
 
 Every table prints the command, the machine and its load average (1 min) before and after.
 """
@@ -62,6 +70,16 @@ EVERY = {"ticket": ("SUB", "DESC", "SOL", "ALL"), "query": ("SUB", "DESC", "ALL"
 
 def load() -> float:
     return os.getloadavg()[0]
+
+
+def machine() -> str:
+    """The CPU's model name (Linux), architecture and core count: rates differ between machines of one kind."""
+    try:
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+    except OSError:
+        names = []
+    return f"{names[0] if names else platform.processor() or 'unknown CPU'}, {platform.machine()}, {os.cpu_count()} cores"
 
 
 def texts_of(item, comp: str, side: str) -> str:
@@ -212,7 +230,7 @@ def speed(args) -> None:
     print(f"\n### S encoding speed: {len(tickets):,} real-vocabulary tickets, {max(len(queries) - 10, 0)} queries; "
           f"components: a ticket's {', '.join(USED['ticket'])}, a query's {', '.join(USED['query'])}")
     print(f"command: .venv/bin/python {cmd}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load before {load():.2f}\n")
+    print(f"machine: {machine()}; load before {load():.2f}\n")
     if args.only != "query":
         build(args, tickets)
     if args.only != "build":
@@ -362,12 +380,103 @@ def quality(args) -> None:
     print(f"\nload after: {load():.2f}")
 
 
+def dense_graph(path: Path) -> tuple[Path, int]:
+    """The packaged encoder's dense layers as an int8 ONNX graph (see the module's "Ceiling"); (its path, the
+    multiply-adds it does per word piece)."""
+    import json
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from recommender.model.onnx_encoder import _OPSET, _quiet_root_logger
+    from recommender.model.pretrained import package_dir
+
+    config = json.loads((package_dir() / "config.json").read_text(encoding="utf-8"))
+    hidden, inner, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    rng = np.random.default_rng(0)
+    nodes, weights, outputs = [], [], []
+
+    def matmul(x: str, rows: int, cols: int, name: str) -> str:
+        w = (rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32)
+        weights.append(numpy_helper.from_array(w, f"w_{name}"))
+        nodes.append(helper.make_node("MatMul", [x, f"w_{name}"], [name]))
+        return name
+
+    x = "x"
+    for layer in range(layers):
+        qkv = matmul(x, hidden, 3 * hidden, f"qkv{layer}")  # one fused product, as the optimised export has it
+        outputs.append(helper.make_tensor_value_info(qkv, TensorProto.FLOAT, ["tokens", 3 * hidden]))
+        attended = matmul(x, hidden, hidden, f"o{layer}")
+        up = matmul(x, hidden, inner, f"up{layer}")
+        down = matmul(up, inner, hidden, f"down{layer}")
+        nodes.append(helper.make_node("Add", [attended, down], [f"x{layer}"]))
+        x = f"x{layer}"
+    outputs.insert(0, helper.make_tensor_value_info(x, TensorProto.FLOAT, ["tokens", hidden]))
+    graph = helper.make_graph(nodes, "dense_layers", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                      ["tokens", hidden])],
+                              outputs, weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)])
+    model.ir_version = 8
+    fp32, int8 = path / "dense_fp32.onnx", path / "dense_int8.onnx"
+    onnx.save(model, str(fp32))
+    with _quiet_root_logger():
+        quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8, per_channel=True,
+                         extra_options={"DefaultTensorType": TensorProto.FLOAT})
+    return int8, layers * (4 * hidden * hidden + 2 * hidden * inner)
+
+
+def ceiling(args) -> None:
+    """The dense layers alone at the real texts' lengths, one core: the most the transformer could encode."""
+    import tempfile
+
+    import onnxruntime as ort
+    from real_kb import real_tickets
+
+    from recommender.model.pretrained import get_encoder
+
+    tickets = real_tickets(args.tickets, seed=0)
+    tokenizer = get_encoder("onnx-int8")._tokenizer_for(10_000)
+    lengths = {comp: [min(len(e.ids), 256) for e in tokenizer.encode_batch([texts_of(t, comp, "ticket")
+                                                                            for t in tickets])]
+               for comp in USED["ticket"]}
+    cmd = " ".join(["benchmarks/encoder_speed.py", *sys.argv[1:]])
+    print(f"\n### The transformer's ceiling: its dense layers alone, int8, {len(tickets):,} real-vocabulary tickets")
+    print(f"command: .venv/bin/python {cmd}")
+    print(f"machine: {machine()}; load before {load():.2f}\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        path, per_piece = dense_graph(Path(tmp))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        hidden = session.get_inputs()[0].shape[1]
+        rng = np.random.default_rng(1)
+        inputs = {n: rng.standard_normal((n, hidden)).astype(np.float32) for n in range(1, 257)}
+        for n in (16, 64, 128, 256):  # warm-up
+            session.run(None, {"x": inputs[n]})
+        print(f"multiply-adds per word piece in the dense layers: {per_piece / 1e6:.2f} M\n")
+        print("| texts of each ticket | word pieces per ticket | dense layers alone: tickets/s, 1 core | "
+              "G multiply-adds/s | tickets/s on 2 cores at perfect scaling | load |")
+        print("|---|---|---|---|---|---|")
+        for comps in (USED["ticket"], ("ALL",)):
+            pieces = [n for comp in comps for n in lengths[comp]]
+            started = time.process_time()
+            for n in pieces:
+                session.run(None, {"x": inputs[n]})
+            cpu = time.process_time() - started
+            rate = len(tickets) / cpu
+            print(f"| {' + '.join(comps)} | {np.sum(pieces) / len(tickets):.0f} | {rate:,.1f} | "
+                  f"{np.sum(pieces) * per_piece / cpu / 1e9:.0f} | {2 * rate:,.1f} | {load():.2f} |", flush=True)
+    print(f"\nload after: {load():.2f}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tickets", type=int, default=2000, help="real-vocabulary tickets encoded per row")
     parser.add_argument("--queries", type=int, default=200, help="timed queries per query row")
-    parser.add_argument("--only", choices=["speed", "build", "query", "quality"], default=None,
-                        help="one part: speed (build + query), build, query or quality (default: all)")
+    parser.add_argument("--only", choices=["speed", "build", "query", "quality", "ceiling"], default=None,
+                        help="one part: speed (build + query), build, query, quality or ceiling (default: all)")
     parser.add_argument("--levers", default="", help="comma-separated row numbers of the speed table (default: all)")
     parser.add_argument("--backends", default="", help="quality: comma-separated backends (default: all)")
     parser.add_argument("--components-of", metavar="MODEL_DIR", default=None,
@@ -386,6 +495,8 @@ def main(argv=None) -> int:
         speed(args)
     if args.only in (None, "quality"):
         quality(args)
+    if args.only in (None, "ceiling"):
+        ceiling(args)
     return 0
 
 
