@@ -431,9 +431,9 @@ def ceiling(args) -> None:
     import tempfile
 
     import onnxruntime as ort
-    from real_kb import real_tickets
+    from real_kb import iter_real_queries, real_tickets
 
-    from recommender.model.pretrained import get_encoder
+    from recommender.model.pretrained import MAX_TOKENS, get_encoder
 
     tickets = real_tickets(args.tickets, seed=0)
     tokenizer = get_encoder("onnx-int8")._tokenizer_for(10_000)
@@ -468,6 +468,21 @@ def ceiling(args) -> None:
             rate = len(tickets) / cpu
             print(f"| {' + '.join(comps)} | {np.sum(pieces) / len(tickets):.0f} | {rate:,.1f} | "
                   f"{np.sum(pieces) * per_piece / cpu / 1e9:.0f} | {2 * rate:,.1f} | {load():.2f} |", flush=True)
+        queries = list(iter_real_queries(args.queries, seed=0))
+        limits = dict(MAX_TOKENS)
+        per_query = [[min(len(tokenizer.encode(texts_of(q, comp, "query")).ids), limits.get(comp, 256))
+                      for comp in USED["query"]] for q in queries]
+        times = []
+        for pieces in per_query:
+            started = time.process_time()
+            for n in pieces:
+                session.run(None, {"x": inputs[n]})
+            times.append((time.process_time() - started) * 1000)
+        print(f"\n| one query's {', '.join(USED['query'])} ({len(queries)} real-vocabulary queries) | word pieces "
+              "per query | dense layers alone, 1 thread: CPU ms p50 | p95 | load |")
+        print("|---|---|---|---|---|")
+        print(f"| the texts one after another | {np.mean([sum(x) for x in per_query]):.0f} | "
+              f"{np.percentile(times, 50):.1f} | {np.percentile(times, 95):.1f} | {load():.2f} |")
     print(f"\nload after: {load():.2f}")
 
 

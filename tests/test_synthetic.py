@@ -108,3 +108,15 @@ def test_small_and_bad_sizes():
         generate(0, 1)
     with pytest.raises(InputError):
         generate(10, 1, overlap=2.0)
+
+
+def test_few_classes_make_large_clusters_and_the_default_is_unchanged():
+    clustered = generate(300, 5, seed=1, classes=6)
+    sizes = {}
+    for t in clustered.tickets:
+        key = (t.metadata["archetype"], t.metadata["cause"])
+        sizes[key] = sizes.get(key, 0) + 1
+    assert len(sizes) == 6 and min(sizes.values()) >= 30  # every class recurs
+    assert as_plain(generate(60, 3, seed=2, classes=20)) == as_plain(generate(60, 3, seed=2))  # 60 // 3 = 20
+    with pytest.raises(InputError):
+        generate(10, 1, classes=0)

@@ -445,20 +445,25 @@ def _query(rng: random.Random, writer: _Writer, cls: ProblemClass, query_id: str
     return Query(_typos(rng, subject, TYPO_RATE), _typos(rng, text, TYPO_RATE), query_id)
 
 
-def generate(n_tickets: int, n_queries: int, seed: int = 0, overlap: float = DEFAULT_OVERLAP) -> Dataset:
+def generate(n_tickets: int, n_queries: int, seed: int = 0, overlap: float = DEFAULT_OVERLAP,
+             classes: int | None = None) -> Dataset:
     """A synthetic knowledge base: `n_tickets` tickets, `n_queries` queries with ~10 graded pairs each.
 
     Deterministic for `seed`; the tickets do not depend on `n_queries`. `overlap` is the chance that a word
-    form comes from the other register (higher = easier for word overlap).
+    form comes from the other register (higher = easier for word overlap). `classes`: how many problem classes
+    the tickets are drawn from (default a third of `n_tickets`, so each class holds ~3 tickets; at most 630);
+    fewer make a help desk whose tickets recur in large clusters of one problem. A ticket's metadata names its
+    class (`archetype`, `cause`).
     """
     if n_tickets < 1 or n_queries < 0:
         raise InputError(f"need at least 1 ticket and 0 or more queries, not {n_tickets} and {n_queries}")
     if not 0.0 <= overlap <= 1.0:
         raise InputError(f"overlap must lie in [0, 1], not {overlap}")
+    if classes is not None and classes < 1:
+        raise InputError(f"need at least 1 problem class, not {classes}")
     pick = random.Random(f"{seed}:classes")
-    classes = problem_classes()
-    # Small knowledge bases use fewer classes, so each still holds ~3 tickets to learn from.
-    active = pick.sample(classes, min(len(classes), max(1, n_tickets // 3)))
+    every = problem_classes()
+    active = pick.sample(every, min(len(every), classes if classes is not None else max(1, n_tickets // 3)))
     rng_t = random.Random(f"{seed}:tickets")
     ticket_writer = _Writer(rng_t, 0, overlap)
     tickets, ticket_class = [], []
