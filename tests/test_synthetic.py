@@ -110,7 +110,7 @@ def test_small_and_bad_sizes():
         generate(10, 1, overlap=2.0)
 
 
-def test_few_classes_make_large_clusters_and_the_default_is_unchanged():
+def test_few_classes_make_large_clusters_and_the_default_is_a_third_of_the_tickets():
     clustered = generate(300, 5, seed=1, classes=6)
     sizes = {}
     for t in clustered.tickets:
