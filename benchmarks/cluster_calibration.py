@@ -12,7 +12,8 @@ model's calibrator and with one refitted on the same mined pairs without the 5th
 
     .venv/bin/python benchmarks/cluster_calibration.py --workdir W [--classes 30] [--tickets 1500] [--queries 200]
 
-The model is trained into W/model (about 25 minutes on 2 cores) and reused when it is there. Prints markdown.
+The model is trained into W/model and reused when it is there (the whole run took 32 minutes on 2 cores with the
+training). Prints markdown.
 """
 from __future__ import annotations
 
