@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -79,10 +80,10 @@ def main(argv=None) -> int:
                 g.append(raw)
     ranks, true, g = np.array(ranks), np.array(true), np.array(g)
 
-    sizes = np.bincount(np.unique([cls[t.id] for t in tickets], axis=0, return_inverse=True)[1].ravel())
+    sizes = Counter(cls.values())
     print(f"command: .venv/bin/python benchmarks/cluster_calibration.py {' '.join(sys.argv[1:])}")
     print(f"knowledge base: synthetic, {len(tickets):,} tickets in {len(sizes)} problem classes "
-          f"({sizes.min()}-{sizes.max()} tickets each), {len(data.queries)} queries (seed {args.seed}); model {out} "
+          f"({min(sizes.values())}-{max(sizes.values())} tickets each), {len(data.queries)} queries (seed {args.seed}); model {out} "
           f"({model.version}); the refit with every part equals the model's calibrator: {same}\n")
     print("raw g medians of the calibration pairs: " + ", ".join(f"{n} {np.median(parts[n][0]):.3f}" for n in parts)
           + f"; of the top-10 results: true matches {np.median(g[true]):.3f}, others "

@@ -262,12 +262,17 @@ def build(args, tickets) -> None:
                   flush=True)
 
 
+def _lengths(tokenizer, items, comp: str, side: str, limits: dict | None = None) -> list[int]:
+    """Word pieces of each item's `comp` text, cut at `limits[comp]` (default 256)."""
+    limit = (limits or {}).get(comp, 256)
+    return [min(len(e.ids), limit) for e in tokenizer.encode_batch([texts_of(x, comp, side) for x in items])]
+
+
 def _pieces(tokenizer, items, side: str) -> str:
     """Mean word pieces (at most 256) of each used component's text."""
     out = []
     for comp in USED[side]:
-        lengths = [min(len(e.ids), 256) for e in tokenizer.encode_batch([texts_of(x, comp, side) for x in items])]
-        out.append(f"{comp} {np.mean(lengths):.0f}")
+        out.append(f"{comp} {np.mean(_lengths(tokenizer, items, comp, side)):.0f}")
     return f"mean word pieces of a {side}'s " + ", ".join(out)
 
 
@@ -387,9 +392,8 @@ def dense_graph(path: Path) -> tuple[Path, int]:
 
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from recommender.model.onnx_encoder import _OPSET, _quiet_root_logger
+    from recommender.model.onnx_encoder import _OPSET, quantize_int8
     from recommender.model.pretrained import package_dir
 
     config = json.loads((package_dir() / "config.json").read_text(encoding="utf-8"))
@@ -420,9 +424,7 @@ def dense_graph(path: Path) -> tuple[Path, int]:
     model.ir_version = 8
     fp32, int8 = path / "dense_fp32.onnx", path / "dense_int8.onnx"
     onnx.save(model, str(fp32))
-    with _quiet_root_logger():
-        quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8, per_channel=True,
-                         extra_options={"DefaultTensorType": TensorProto.FLOAT})
+    quantize_int8(fp32, int8)
     return int8, layers * (4 * hidden * hidden + 2 * hidden * inner)
 
 
@@ -437,9 +439,7 @@ def ceiling(args) -> None:
 
     tickets = real_tickets(args.tickets, seed=0)
     tokenizer = get_encoder("onnx-int8")._tokenizer_for(10_000)
-    lengths = {comp: [min(len(e.ids), 256) for e in tokenizer.encode_batch([texts_of(t, comp, "ticket")
-                                                                            for t in tickets])]
-               for comp in USED["ticket"]}
+    lengths = {comp: _lengths(tokenizer, tickets, comp, "ticket", MAX_TOKENS) for comp in USED["ticket"]}
     cmd = " ".join(["benchmarks/encoder_speed.py", *sys.argv[1:]])
     print(f"\n### The transformer's ceiling: its dense layers alone, int8, {len(tickets):,} real-vocabulary tickets")
     print(f"command: .venv/bin/python {cmd}")
@@ -469,9 +469,7 @@ def ceiling(args) -> None:
             print(f"| {' + '.join(comps)} | {np.sum(pieces) / len(tickets):.0f} | {rate:,.1f} | "
                   f"{np.sum(pieces) * per_piece / cpu / 1e9:.0f} | {2 * rate:,.1f} | {load():.2f} |", flush=True)
         queries = list(iter_real_queries(args.queries, seed=0))
-        limits = dict(MAX_TOKENS)
-        per_query = [[min(len(tokenizer.encode(texts_of(q, comp, "query")).ids), limits.get(comp, 256))
-                      for comp in USED["query"]] for q in queries]
+        per_query = list(zip(*(_lengths(tokenizer, queries, comp, "query", MAX_TOKENS) for comp in USED["query"])))
         times = []
         for pieces in per_query:
             started = time.process_time()

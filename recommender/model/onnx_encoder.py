@@ -184,7 +184,6 @@ def _pipeline(model):
 
 def _export(source: Path, out: Path, checksum: str, quantized: bool) -> None:
     """Export `source` (a verified sentence-transformers directory) into the empty directory `out`."""
-    import onnx
     import torch
 
     # eager attention: the graph ONNX Runtime's transformer optimiser recognises and fuses into one Attention op
@@ -206,11 +205,7 @@ def _export(source: Path, out: Path, checksum: str, quantized: bool) -> None:
     fused = _optimise(raw, out / "fused.onnx", model)
     final = out / ONNX_FILE
     if quantized:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        with _quiet_root_logger():
-            quantize_dynamic(str(fused), str(final), weight_type=QuantType.QInt8, per_channel=True,
-                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        quantize_int8(fused, final)
     else:
         fused.rename(final)  # inside the directory atomic_directory is building
     for leftover in (raw, out / "fused.onnx"):
@@ -223,6 +218,17 @@ def _export(source: Path, out: Path, checksum: str, quantized: bool) -> None:
                 "lower_case": bool(getattr(model[0], "do_lower_case", False)), "prompt": prompt or "",
                 "files": {ONNX_FILE: _sha256(final)}}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+
+
+def quantize_int8(source: Path, target: Path) -> None:
+    """`source`'s MatMul weights as int8 per output channel, activations quantised on the fly (`quantize_dynamic`):
+    the int8 backend's graph, and what `benchmarks/encoder_speed.py --only ceiling` measures."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with _quiet_root_logger():
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
 
 
 @contextlib.contextmanager
