@@ -43,13 +43,14 @@ def main(argv=None) -> int:
     ap.add_argument("--pasted", type=int, default=100, help="how many tickets (the first ones) to paste whole")
     args = ap.parse_args(argv)
 
-    from recommender.data.records import YES, Query, Ticket
+    from recommender.data.records import YES, Ticket
     from recommender.data.synthetic import generate
     from recommender.evaluation.duplicates import EngineRanker
     from recommender.lexical.bm25 import Bm25Scorer
     from recommender.model.bundle import TicketModel
     from recommender.model.calibration import Calibrator
     from recommender.model.unsupervised import label_free_config, mined_calibration, train_without_labels
+    from score_promises import paste_whole
 
     started = time.time()
     data = generate(args.tickets, args.queries, seed=args.seed, classes=args.classes)
@@ -76,19 +77,16 @@ def main(argv=None) -> int:
         if pair.score == YES:
             query_class.setdefault(pair.query_id, cls[pair.ticket_id])
     ranks, true, g = [], [], []
-    pasted_first, pasted_g = [], []
     with EngineRanker(model, tickets) as ranker:
         for q in data.queries:
             for rank, (tid, raw) in enumerate(ranker.scored(Ticket(q.id, q.subject, q.description), 10), 1):
                 ranks.append(rank)
                 true.append(cls[tid] == query_class[q.id])
                 g.append(raw)
-        for ticket in tickets[: args.pasted]:  # the pasted-ticket promise: first, and >= 4.5
-            results = ranker.engine.recommend(Query(ticket.subject, ticket.description), k=10)
-            pasted_first.append(results[0].ticket.id == ticket.id)
-            pasted_g.append(next((r.raw_score for r in results if r.ticket.id == ticket.id), 0.0))
+        pasted = paste_whole(ranker.engine, tickets[: args.pasted])  # the pasted-ticket promise: first, >= 4.5
     ranks, true, g = np.array(ranks), np.array(true), np.array(g)
-    pasted_g = np.array(pasted_g)
+    pasted_first = sum(came_first for came_first, _ in pasted)
+    pasted_g = np.array([own.raw_score if own else 0.0 for _, own in pasted])
 
     sizes = Counter(cls.values())
     print(f"command: .venv/bin/python benchmarks/cluster_calibration.py {' '.join(sys.argv[1:])}")
@@ -106,7 +104,7 @@ def main(argv=None) -> int:
         s, own = np.asarray(calibrate(g)), np.asarray(calibrate(pasted_g))
         other = f"{np.median(s[~true]):.2f}" if (~true).any() else "–"
         print(f"| {name} | {np.percentile(s[true], 25):.2f} / {np.median(s[true]):.2f} | "
-              f"{np.median(s[ranks == 1]):.2f} | {other} | {sum(pasted_first)} / {int((own >= 4.5).sum())} / "
+              f"{np.median(s[ranks == 1]):.2f} | {other} | {pasted_first} / {int((own >= 4.5).sum())} / "
               f"{own.min():.2f} |")
     print(f"\n({time.time() - started:.0f} s)")
     return 0

@@ -53,13 +53,9 @@ def main() -> None:
     print(f"model {args.model} ({model.version}), knowledge base {args.kb} ({len(tickets)} tickets)\n")
     with EngineRanker(model, tickets) as ranker:
         engine = ranker.engine
-        first, own_scores = 0, []
-        for ticket in tickets[: args.pasted]:
-            results = engine.recommend(Query(ticket.subject, ticket.description), k=10)
-            own = [r.score for r in results if r.ticket.id == ticket.id]
-            first += results[0].ticket.id == ticket.id
-            own_scores.append(own[0] if own else 0.0)
-        own_scores = np.array(own_scores)
+        pasted = paste_whole(engine, tickets[: args.pasted])
+        first = sum(came_first for came_first, _ in pasted)
+        own_scores = np.array([own.score if own else 0.0 for _, own in pasted])
         print("| pasted tickets | first | own score >= 4.5 | own score min / median |")
         print("|---|---|---|---|")
         print(f"| {len(own_scores)} | {first} | {int((own_scores >= 4.5).sum())} | "
@@ -72,6 +68,18 @@ def main() -> None:
             print(f"| {subject} | {best.score:.2f} | {best.raw_score:.3f} | {best.ticket.subject[:50]} | {shares} |")
         if args.links:
             partners(ranker, model, tickets, args.links)
+
+
+def paste_whole(engine, tickets) -> list[tuple[bool, object]]:
+    """Each ticket pasted whole as a query (subject and description; it stays in the knowledge base): whether it
+    comes first, and its own result among the top 10 (None when it is not there)."""
+    from recommender.data.records import Query
+
+    out = []
+    for ticket in tickets:
+        results = engine.recommend(Query(ticket.subject, ticket.description), k=10)
+        out.append((results[0].ticket.id == ticket.id, next((r for r in results if r.ticket.id == ticket.id), None)))
+    return out
 
 
 def partners(ranker, model, tickets, links_path: str) -> None:
