@@ -3,8 +3,8 @@
 Label-free training selects its channel and pair weights on mined queries (`unsupervised.select_by_rank`: the
 held-out and paraphrase slices). This script rebuilds those slices for a saved label-free model exactly as its
 training did (same tickets, mining config and seed; the reproduced selection is printed beside the recorded one),
-ranks every combination of the weight grid on them, and scores the same combinations on a real target the
-selection never sees:
+with the condition that the held-out tickets pasted whole set on it when the training used one, ranks every
+combination of the weight grid on them, and scores the same combinations on a real target the selection never sees:
 
 - `--kb seamonkey`: SeaMonkey's duplicate pairs (each ticket of a pair queries the knowledge base minus itself; the
   lexical feature normalised over the other tickets, as the engine's candidates do), MRR@10 and Acc@10;
@@ -12,8 +12,8 @@ selection never sees:
   project's per-query AP, not the official scorer).
 
 It prints the selected combination, BM25 alone and the best combination of each side, how the combinations the
-selection cannot tell apart (within one standard error of the best mined MRR@10) fare on the target, and the
-Spearman correlation of the two over the whole grid. A diagnostic: nothing here is selected on the target.
+selection cannot tell apart (eligible, and within one standard error of the best eligible mined MRR@10) fare on
+the target, and the Spearman correlation of the two over the whole grid. A diagnostic: nothing here is selected on the target.
 
     .venv/bin/python benchmarks/selection_agreement.py --model $TICKETREC_HOME/models/paper --kb seamonkey
     .venv/bin/python benchmarks/selection_agreement.py --model DIR --kb semeval   # trained on train-part2's tickets
@@ -43,7 +43,7 @@ from recommender.lexical.bm25 import Bm25Scorer  # noqa: E402
 from recommender.model.bundle import TicketModel  # noqa: E402
 from recommender.model.mining import MiningConfig, mine_pairs  # noqa: E402
 from recommender.model.pairs import dataset_fingerprint  # noqa: E402
-from recommender.model.unsupervised import (GridRanking, RankedSlice, combination_spec,  # noqa: E402
+from recommender.model.unsupervised import (PASTED, GridRanking, RankedSlice, combination_spec,  # noqa: E402
                                             observable_pairs, rank_distances, selection_slices,
                                             vocabulary_augmenter)
 
@@ -58,8 +58,8 @@ def knowledge_base(kind: str) -> list:
 
 
 def mined_slices(model: TicketModel, model_dir: Path, tickets: list) -> dict[str, RankedSlice]:
-    """The held-out and paraphrase slices of the model's training, rebuilt (raises SystemExit when the tickets or
-    the mined pairs differ from the training's)."""
+    """The held-out and paraphrase slices of the model's training, and the pasted one when it used it, rebuilt
+    (raises SystemExit when the tickets or the mined pairs differ from the training's)."""
     training = model.meta.get("training") or {}
     if training.get("mode") != "label-free":
         raise SystemExit(f"{model_dir} was not trained label-free; nothing to compare")
@@ -78,7 +78,8 @@ def mined_slices(model: TicketModel, model_dir: Path, tickets: list) -> dict[str
     views = model.prepare(list(mined.views), "ticket")
     held = model.prepare(mined.held_out_queries, "query")
     scorer = Bm25Scorer(mined.views) if model.siamese_config.bm25 > 0 else None
-    return selection_slices(model, mined, held, views, scorer, observable_pairs(model.siamese_config, mined), seed)
+    return selection_slices(model, mined, held, views, scorer, observable_pairs(model.siamese_config, mined), seed,
+                            mining.held_out_pasted)
 
 
 def duplicates_target(model: TicketModel, tickets: list):
@@ -149,11 +150,12 @@ def main(argv=None) -> int:
     slices = mined_slices(model, model_dir, tickets)
     name, target = (duplicates_target(model, tickets) if args.kb == "seamonkey" else semeval_target(model))
     spec, grid = model.net.metric_spec(), model.siamese_config.grid
-    ranking = GridRanking.of(list(slices.values()), spec, grid)  # the selection's own ranking and rule
+    condition = slices.pop(PASTED, None)
+    ranking = GridRanking.of(list(slices.values()), spec, grid, condition=condition)  # the selection's own rule
     combos = [combination_spec(spec, c) for c in ranking.combinations]
     mined, scores = ranking.means, np.array([target(c) for c in combos])
     chosen, top, stderr = ranking.chosen, ranking.best, ranking.stderr
-    near = np.flatnonzero(mined >= mined[top] - stderr)
+    near = np.flatnonzero(ranking.eligible & (mined >= mined[top] - stderr))
     bm25 = [i for i, c in enumerate(combos) if not any(c["channels"].values())]
     base = max(bm25, key=lambda i: mined[i]) if bm25 else None
     best_target = int(np.argmax(scores[:, 0]))
@@ -167,12 +169,19 @@ def main(argv=None) -> int:
     metrics = name.split(": ", 1)[1].split(", ")
     print("| combination | mined MRR@10 | " + " | ".join(metrics) + " | weights |")
     print("|---|---|" + "---|" * len(metrics) + "---|")
-    rows = [("selected (simplest within one standard error)", chosen), ("best on the mined queries", top)]
+    rows = [("selected (simplest within one standard error)", chosen),
+            ("best on the mined queries" + (" (eligible)" if condition is not None else ""), top)]
     rows += [("BM25 alone", base)] if base is not None else []
     rows += [("best on the target", best_target)]
     for label, i in rows:
         print(f"| {label} | {mined[i]:.3f} | " + " | ".join(f"{v:.3f}" for v in scores[i]) + f" | {short(combos[i])} |")
-    print(f"\nWithin one standard error ({stderr:.3f}) of the best mined MRR@10: {len(near)} combinations; on the "
+    if condition is not None:
+        print(f"\nCondition: {int(ranking.eligible.sum()):,} of {len(combos):,} combinations rank the "
+              f"{len(condition.truth)} held-out tickets pasted whole within one smoothed standard error "
+              f"({ranking.condition_stderr:.4f}) of the best ({ranking.condition_means[ranking.condition_best]:.4f}); "
+              f"the selected one {ranking.condition_means[chosen]:.4f}.")
+    print(f"\nWithin one standard error ({stderr:.3f}) of the best mined MRR@10: {len(near)}"
+          f"{' eligible' if condition is not None else ''} combinations; on the "
           f"target {scores[near, 0].min():.3f}–{scores[near, 0].max():.3f} (median {np.median(scores[near, 0]):.3f})"
           + (f", {int((scores[near, 0] > scores[base, 0]).sum())} of them above BM25 alone" if base is not None else "")
           + f". The best on the target is {(mined[top] - mined[best_target]) / stderr:.1f} standard errors below the "

@@ -16,9 +16,9 @@ from recommender.model.bundle import TicketModel
 from recommender.model.calibration import Calibrator
 from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs
 from recommender.model.siamese import MERGED
-from recommender.model.unsupervised import (CALIBRATION_BAND, LABEL_FREE_GRID, RANK_LOSS, RankedSlice, band_negatives,
-                                            combination_spec, grid_results, mrr_at_k, select_by_rank,
-                                            train_without_labels)
+from recommender.model.unsupervised import (CALIBRATION_BAND, LABEL_FREE_GRID, PASTED, RANK_LOSS, RankedSlice,
+                                            band_negatives, combination_spec, grid_results, mrr_at_k, select_by_rank,
+                                            smoothed_stderr, train_without_labels)
 
 #: The tiny dimensions of tests/conftest.py's models, no pretrained channel (no MiniLM in a unit test).
 TINY = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 6, "topic_vocab": 80, "topic_epochs": 2,
@@ -72,6 +72,17 @@ def test_the_paraphrase_queries_make_the_subject_pair_selectable(label_free):
     assert set(training["weight_selection"]["by_slice"]) == {"held-out", "paraphrase"}
 
 
+def test_the_selection_is_made_among_weights_that_find_a_pasted_ticket(label_free):
+    """The held-out tickets pasted whole are a condition of the selection, not pooled with the mined queries: the
+    selected weights rank them within one standard error of the best weighting, and the report says so."""
+    _, model_dir, _, _ = label_free
+    selection = TicketModel.load(model_dir).meta["training"]["weight_selection"]
+    pasted = selection[PASTED]
+    assert 1 <= pasted["eligible"] <= pasted["combinations"] and pasted["stderr"] > 0
+    assert pasted["value"] >= pasted["best"] - pasted["stderr"]
+    assert "pasted whole" in selection["objective"]
+
+
 def test_selection_by_rank_pools_the_slices_and_searches_a_pair_one_slice_shows():
     """Pair 0 is constant per query in slice A (unobservable there) and the only informative pair in slice B;
     pair 1 ranks A's own view first and B's last. Pooled, the weights that rank both best use pair 0 (searched
@@ -93,6 +104,42 @@ def test_selection_by_rank_pools_the_slices_and_searches_a_pair_one_slice_shows(
     assert slices[0].mrr(chosen) == 1.0 and slices[1].mrr(chosen) == 1.0
     only_a, value_a, _ = select_by_rank(slices[:1], spec, grid)
     assert only_a["pairs"][0][2] == 0.0 and value_a == 1.0  # unobservable alone: keeps the spec's weight
+
+
+def test_a_condition_slice_restricts_the_selection_without_being_pooled():
+    """Pair 0 finds every mined query's own view and puts every condition query's last; pair 1 finds half the
+    mined views and every condition one. Unconditioned, pair 0 alone wins; with the condition only pair 1 alone
+    ranks the condition queries near the best, so it is chosen, and its value counts the mined queries only."""
+    n = 8
+    mined = np.ones((2, 1, n, n), np.float32)
+    condition = np.ones((2, 1, n, n), np.float32)
+    for q in range(n):
+        mined[0, 0, q, q] = 0.0
+        mined[1, 0, q, q] = 0.0 if q < n // 2 else 2.0
+        condition[0, 0, q, q] = 2.0
+        condition[1, 0, q, q] = 0.0
+    truth = np.arange(n)
+    spec = {"pairs": [["SUB", "SUB", 0.0], ["SUB", "DESC", 0.0]], "channels": {"E": 1.0}, "bm25": 0.0}
+    grid = {"SUB|SUB": [0.0, 1.0], "SUB|DESC": [0.0, 1.0], "E": [1.0]}
+    slices = [RankedSlice(mined, None, truth, [True, True])]
+    free, value, _ = select_by_rank(slices, spec, grid)
+    assert [v for *_, v in free["pairs"]] == [1.0, 0.0] and value == 1.0
+    cond = RankedSlice(condition, None, truth, [True, True])
+    chosen, value, info = select_by_rank(slices, spec, grid, condition=cond)
+    assert [v for *_, v in chosen["pairs"]] == [0.0, 1.0]
+    assert value == info["best"] == slices[0].mrr(chosen) == (n // 2 + (n // 2) / n) / n
+    assert info["condition"]["eligible"] == 1 and info["condition"]["value"] == info["condition"]["best"] == 1.0
+
+
+def test_the_smoothed_standard_error_does_not_vanish_at_a_perfect_score():
+    """All pasted tickets first: the usual standard error is 0, so one ticket at rank 2 would be a significant
+    loss; the smoothed one is not 0 (and shrinks with more tickets), and elsewhere stays near the usual one."""
+    assert round(smoothed_stderr(np.ones(161)), 4) == 0.0044
+    assert smoothed_stderr(np.ones(1000)) < smoothed_stderr(np.ones(161))
+    assert 1.0 - (1.0 - 0.5) / 161 >= 1.0 - smoothed_stderr(np.ones(161))  # one ticket at rank 2 stays eligible
+    values = np.random.default_rng(0).choice([0.0, 0.1, 0.5, 1.0], 400)
+    usual = values.std(ddof=1) / np.sqrt(len(values))
+    assert abs(smoothed_stderr(values) - usual) < 0.05 * usual
 
 
 def test_every_grid_combination_is_the_spec_that_ranks_as_it_says():

@@ -63,6 +63,10 @@ class MiningConfig:
     augmented: int = 1
     # each held-out ticket also as a paraphrased-subject query against the views with their subjects (see above)
     held_out_paraphrases: bool = True
+    # the weights are selected only among those that rank the held-out tickets, pasted whole as queries, first
+    # about as well as the best weighting does (unsupervised.select_on_held_out): the promise that a ticket pasted
+    # as its own query is found first
+    held_out_pasted: bool = True
     labelled_weight: int = 2
     # the pretrained channel S adapted on the mined pairs (adaptation.py), kept only when it ranks the held-out
     # slice better: at most `adapt_pairs` pairs (one per training ticket), `adapt_epochs` epochs
@@ -104,7 +108,7 @@ class MinedPairs:
     `held_out_truth[i]` is the row in `views` of held-out query i's own ticket (its only relevant view).
     `full_views[r]` is `views[r]` with its ticket's subject; `paraphrase_queries[i]` (a held-out ticket's subject
     paraphrased, its description prefix) must find row `paraphrase_truth[i]` of `full_views` (empty without an
-    augmenter or with `held_out_paraphrases` off).
+    augmenter or with `held_out_paraphrases` off). `originals[r]` is the ticket whose view is `views[r]`.
     """
 
     views: list[Ticket]
@@ -121,6 +125,7 @@ class MinedPairs:
     full_views: list[Ticket]
     paraphrase_queries: list[Query]
     paraphrase_truth: np.ndarray
+    originals: list[Ticket]
 
 
 def split_ticket(ticket: Ticket, prefix_words: int) -> tuple[Query, Ticket] | None:
@@ -241,7 +246,7 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
              "config": config.to_dict()}
     full_views = [Ticket(view.id, t.subject, view.description, view.solution) for (t, _), view in zip(usable, views)]
     return MinedPairs(views, *arr["train"], *arr["held"], np.array(truth, np.int64), stats, full_views, paraphrases,
-                      np.array(paraphrase_truth, np.int64))
+                      np.array(paraphrase_truth, np.int64), [t for t, _ in usable])
 
 
 def _paraphrase(query: Query, augmenter: Augmenter | None) -> Query | None:

@@ -74,6 +74,8 @@ CALIBRATION_NEGATIVES = 4
 CALIBRATION_BAND = (5, 20)
 BAND_TICKETS = 1000
 MRR_K = 10
+#: The selection slice of held-out tickets pasted whole (`selection_slices`): a condition, not pooled.
+PASTED = "pasted"
 
 
 def label_free_config(pretrained: bool = True, **overrides) -> SiameseConfig:
@@ -224,6 +226,16 @@ def combination_spec(spec: dict, combination: tuple) -> dict:
             "bm25": spec["bm25"] if wb is None else float(wb)}
 
 
+def smoothed_stderr(values: np.ndarray) -> float:
+    """The standard error of the mean of `values` (each in [0, 1]) with one pseudo-value added, half at 1 and half
+    at 0 (Agresti & Coull 1998, z = 1): near the usual one, but not 0 when every value is 1 (161 pasted tickets
+    all ranked first: 0.0044), where the usual one would make a single ticket at rank 2 a significant loss."""
+    v = np.concatenate([np.asarray(values, np.float64), [1.0, 0.0]])
+    w = np.concatenate([np.ones(len(values)), [0.5, 0.5]])
+    mean = float((w * v).sum() / w.sum())
+    return float(np.sqrt((w * (v - mean) ** 2).sum() / w.sum() / w.sum()))
+
+
 @dataclass
 class GridRanking:
     """Every combination of a weight grid ranked over some slices (`grid_results`), and the selection's choice
@@ -232,39 +244,74 @@ class GridRanking:
     combinations: list[tuple]  # `combination_spec` gives each one's metric spec
     used: list[int]  # channels each uses, BM25 counted as one
     means: np.ndarray  # MRR@10 over all the slices' queries
-    best: int  # the best mean (the first of equal bests: grid order breaks ties)
+    best: int  # the best mean among the eligible (the first of equal bests: grid order breaks ties)
     stderr: float  # the standard error of the best combination's mean
-    chosen: int  # the simplest within one standard error of the best
+    chosen: int  # the simplest eligible combination within one standard error of the best
+    eligible: np.ndarray  # [combinations] bool: passes the condition slice (all, without one)
+    condition_means: np.ndarray | None = None  # MRR@10 over the condition slice's queries
+    condition_best: int | None = None  # the best of those
+    condition_stderr: float = 0.0  # its smoothed standard error (`smoothed_stderr`)
 
     @classmethod
-    def of(cls, slices: Sequence[RankedSlice], spec: dict, grid: dict, progress: bool = False) -> "GridRanking":
+    def of(cls, slices: Sequence[RankedSlice], spec: dict, grid: dict, progress: bool = False,
+           condition: RankedSlice | None = None) -> "GridRanking":
         """Rank every combination; keep the per-query ranks of the best one only (its standard error).
 
         The one-standard-error rule (Breiman et al. 1984): combinations that a few hundred held-out queries cannot
         tell apart are equally good, and the one with the fewest channels (BM25 counted as one) is the least likely
-        to carry noise to queries unlike the mined ones; ties go to the higher MRR, then to grid order."""
-        combinations, used, means = [], [], []
-        best, best_rr = 0, None
-        for combination, n_used, rr in grid_results(slices, spec, grid, progress):
+        to carry noise to queries unlike the mined ones; ties go to the higher MRR, then to grid order.
+
+        With a `condition` slice (its queries are not pooled with the others'), only the combinations whose MRR@10
+        there is within one smoothed standard error of the best combination's are eligible, and the rule is
+        applied among them. Its `observable` pairs must be among the other slices' (it judges the combinations
+        they search, it does not add any)."""
+        n_pooled = sum(len(s.truth) for s in slices)
+        combinations, used, means, condition_means = [], [], [], []
+        best, best_rr, condition_best, condition_rr = 0, None, 0, None
+        ranked = list(slices) + ([condition] if condition is not None else [])
+        for combination, n_used, rr in grid_results(ranked, spec, grid, progress):
             combinations.append(combination)
             used.append(n_used)
-            means.append(float(rr.mean()))
+            means.append(float(rr[:n_pooled].mean()))
             if best_rr is None or means[-1] > means[best]:
-                best, best_rr = len(means) - 1, rr
+                best, best_rr = len(means) - 1, rr[:n_pooled]
+            if condition is not None:
+                condition_means.append(float(rr[n_pooled:].mean()))
+                if condition_rr is None or condition_means[-1] > condition_means[condition_best]:
+                    condition_best, condition_rr = len(condition_means) - 1, rr[n_pooled:]
+        means = np.array(means)
+        eligible = np.ones(len(means), bool)
+        condition_stderr = 0.0
+        if condition is not None:
+            condition_stderr = smoothed_stderr(condition_rr)
+            condition_means = np.array(condition_means)
+            eligible = condition_means >= condition_means[condition_best] - condition_stderr
+            if not eligible[best]:
+                best = int(np.argmax(np.where(eligible, means, -np.inf)))
+                best_spec = combination_spec(spec, combinations[best])
+                best_rr = np.concatenate([s.reciprocal_ranks(best_spec) for s in slices])
         stderr = float(best_rr.std(ddof=1) / np.sqrt(len(best_rr))) if len(best_rr) > 1 else 0.0
-        near = [i for i, m in enumerate(means) if m >= means[best] - stderr]
-        chosen = min(near, key=lambda i: (used[i], -means[i], i))
-        return cls(combinations, used, np.array(means), best, stderr, chosen)
+        near = [i for i in np.flatnonzero(eligible) if means[i] >= means[best] - stderr]
+        chosen = int(min(near, key=lambda i: (used[i], -means[i], i)))
+        return cls(combinations, used, means, best, stderr, chosen, eligible,
+                   condition_means if condition is not None else None,
+                   condition_best if condition is not None else None, condition_stderr)
 
 
-def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict,
-                   progress: bool = False) -> tuple[dict, float, dict]:
+def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict, progress: bool = False,
+                   condition: RankedSlice | None = None) -> tuple[dict, float, dict]:
     """The simplest grid combination whose held-out MRR@10 (over the queries of all `slices`) is within one
-    standard error of the best one (`GridRanking`). Returns the chosen spec, its MRR@10 and {"best": the best
-    MRR@10, "stderr": its standard error}."""
-    ranking = GridRanking.of(slices, spec, grid, progress)
-    return (combination_spec(spec, ranking.combinations[ranking.chosen]), float(ranking.means[ranking.chosen]),
-            {"best": float(ranking.means[ranking.best]), "stderr": ranking.stderr})
+    standard error of the best one (`GridRanking`), among those that pass the `condition` slice when one is given.
+    Returns the chosen spec, its MRR@10 and {"best": the best MRR@10, "stderr": its standard error, and with a
+    condition "condition": {"value", "best", "stderr", "eligible", "combinations"}}."""
+    ranking = GridRanking.of(slices, spec, grid, progress, condition)
+    info = {"best": float(ranking.means[ranking.best]), "stderr": ranking.stderr}
+    if condition is not None:
+        info["condition"] = {"value": float(ranking.condition_means[ranking.chosen]),
+                             "best": float(ranking.condition_means[ranking.condition_best]),
+                             "stderr": ranking.condition_stderr, "eligible": int(ranking.eligible.sum()),
+                             "combinations": len(ranking.combinations)}
+    return combination_spec(spec, ranking.combinations[ranking.chosen]), float(ranking.means[ranking.chosen]), info
 
 
 def ranked_rows(n_views: int, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -289,11 +336,14 @@ def _ranked_slice(model: TicketModel, queries: Prepared, query_texts: Sequence[s
 
 
 def selection_slices(model: TicketModel, mined: MinedPairs, held_queries: Prepared, views: Prepared,
-                     view_scorer: Bm25Scorer | None, observable: list[bool], seed: int,
+                     view_scorer: Bm25Scorer | None, observable: list[bool], seed: int, pasted: bool = False,
                      progress: bool = False) -> dict[str, RankedSlice]:
     """The rankings the weights are selected on: each held-out query (`held_queries`, prepared) against the views
     (all, or `MAX_RANKED_VIEWS` of them with every held-out ticket's own; `views` prepared), and each paraphrase
-    query (`mining.py`) against the same tickets' full views. {"held-out": …, "paraphrase": … (when mined)}."""
+    query (`mining.py`) against the same tickets' full views. {"held-out": …, "paraphrase": … (when mined),
+    PASTED: … (with `pasted`)}: the held-out tickets, subject and description pasted whole as queries, against the
+    same tickets as they are stored. The last is a condition of the selection (`GridRanking`), not pooled with the
+    others; its observable pairs are theirs."""
     ranked = ranked_rows(len(mined.views), mined.held_out_truth, np.random.default_rng(seed + 2))
     slices = {"held-out": _ranked_slice(model, held_queries, [query_text(q) for q in mined.held_out_queries],
                                         Prepared(*views.rows(ranked)), ranked, mined.held_out_truth, view_scorer,
@@ -305,21 +355,33 @@ def selection_slices(model: TicketModel, mined: MinedPairs, held_queries: Prepar
             [query_text(q) for q in mined.paraphrase_queries],
             model.prepare([mined.full_views[int(r)] for r in ranked], "ticket", progress), ranked,
             mined.paraphrase_truth, full_scorer, [True] * len(observable))
+    if pasted:
+        searched = list(np.any([np.asarray(s.observable, bool) for s in slices.values()], axis=0))
+        whole = [Query(mined.originals[int(r)].subject, mined.originals[int(r)].description)
+                 for r in mined.held_out_truth]
+        slices[PASTED] = _ranked_slice(
+            model, model.prepare(whole, "query", progress), [query_text(q) for q in whole],
+            model.prepare([mined.originals[int(r)] for r in ranked], "ticket", progress), ranked,
+            mined.held_out_truth, None if view_scorer is None else Bm25Scorer(mined.originals), searched)
+        slices[PASTED].observable = searched  # a pair constant per query here ranks nothing either way
     return slices
 
 
 def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPairs, views: Prepared,
-                       view_scorer: Bm25Scorer | None, observable: list[bool], seed: int,
+                       view_scorer: Bm25Scorer | None, observable: list[bool], seed: int, pasted: bool,
                        progress: bool) -> tuple[dict, list[bool]]:
-    """Select the weights by rank over the held-out and paraphrase queries (`selection_slices`, `select_by_rank`)
-    and set them on `model`. Returns the selection report and the pairs that were observable (a pair whose
-    distance is the same for every view of a query, e.g. no ticket has a SOLUTION, cannot change a ranking and is
-    not; the ticket's SUBJECT is observable through the paraphrase queries only)."""
+    """Select the weights by rank over the held-out and paraphrase queries (`selection_slices`, `select_by_rank`),
+    with `pasted`, among those that rank the held-out tickets pasted whole about as well as the best do, and set
+    them on `model`. Returns the selection report and the pairs that were observable (a pair whose distance is the
+    same for every view of a query, e.g. no ticket has a SOLUTION, cannot change a ranking and is not; the ticket's
+    SUBJECT is observable through the paraphrase queries only)."""
     net = model.net
-    slices = selection_slices(model, mined, held.queries, views, view_scorer, observable, seed, progress)
+    slices = selection_slices(model, mined, held.queries, views, view_scorer, observable, seed, pasted, progress)
+    condition = slices.pop(PASTED, None)
     n_views = slices["held-out"].dist.shape[-1]  # the views each held-out query ranks
     trained = net.metric_spec()
-    chosen, value, best = select_by_rank(list(slices.values()), trained, model.siamese_config.grid, progress)
+    chosen, value, best = select_by_rank(list(slices.values()), trained, model.siamese_config.grid, progress,
+                                         condition)
 
     def mrr(spec: dict) -> float:  # over the queries of every slice, as the selection counts them
         return float(np.mean(np.concatenate([s.reciprocal_ranks(spec) for s in slices.values()])))
@@ -329,9 +391,13 @@ def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPair
     for c in list(trained["channels"]) + (["bm25"] if use_bm25 else []):
         alone[c] = mrr(dict(chosen, channels={k: float(k == c) for k in chosen["channels"]}, bm25=float(c == "bm25")))
     report = {"objective": f"held-out MRR@{MRR_K} of the own ticket among {n_views} views "
-                           f"({', '.join(f'{len(s.truth)} {name} queries' for name, s in slices.items())})",
+                           f"({', '.join(f'{len(s.truth)} {name} queries' for name, s in slices.items())})"
+                           + (f", among the weights that rank {len(condition.truth)} held-out tickets pasted whole "
+                              "within one standard error of the best" if condition is not None else ""),
               "value": value, "best": best["best"], "stderr": best["stderr"], "before": mrr(trained),
               "alone": alone, "by_slice": {name: s.mrr(chosen) for name, s in slices.items()}, "spec": chosen}
+    if condition is not None:
+        report[PASTED] = best["condition"]
     net.set_weights([v for *_, v in chosen["pairs"]], chosen["channels"], chosen["bm25"])
     model.invalidate()
     return report, list(np.any([np.asarray(s.observable, bool) for s in slices.values()], axis=0))
@@ -617,12 +683,18 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     if config.weights == "grid":
         with stages("selecting channel and pair weights on the held-out slice"):
             selection, observable = select_on_held_out(model, mined, held_data, tickets_prepared,
-                                                       view_scorer if use_lexical else None, observable, seed, progress)
+                                                       view_scorer if use_lexical else None, observable, seed,
+                                                       mining.held_out_pasted, progress)
         echo(f"held-out MRR@{MRR_K}: {selection['before']:.3f} with the configured weights, {selection['value']:.3f} "
              f"with the selected ones (the simplest within one standard error, {selection['stderr']:.3f}, of the best "
              f"grid point, {selection['best']:.3f}; "
              + ", ".join(f"{name} queries {v:.3f}" for name, v in selection["by_slice"].items())
              + "); each channel alone: " + ", ".join(f"{c} {v:.3f}" for c, v in selection["alone"].items()))
+        if PASTED in selection:
+            p = selection[PASTED]
+            echo(f"held-out tickets pasted whole: MRR@{MRR_K} {p['value']:.3f} with the selected weights; "
+                 f"{p['eligible']:,} of {p['combinations']:,} weightings were eligible (within one standard error, "
+                 f"{p['stderr']:.3f}, of the best, {p['best']:.3f})")
     net.set_weights(_restored_pairs(net.metric_spec(), configured_pairs, observable), net.metric_spec()["channels"],
                     net.metric_spec()["bm25"])
     model.invalidate()
