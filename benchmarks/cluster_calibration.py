@@ -16,7 +16,8 @@ promise `benchmarks/score_promises.py` checks on SeaMonkey, whose tickets have n
                                                        [--pasted 100]
 
 The model is trained into W/model and reused when it is there (the whole run took 32 minutes on 2 cores with the
-training). Prints markdown.
+training; 55 minutes since the selection's pasted-ticket condition, on 2 cores shared with two other trainings).
+Prints markdown.
 """
 from __future__ import annotations
 
