@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     combos = [combination_spec(spec, c) for c in ranking.combinations]
     mined, scores = ranking.means, np.array([target(c) for c in combos])
     chosen, top, stderr = ranking.chosen, ranking.best, ranking.stderr
-    near = np.flatnonzero(ranking.eligible & (mined >= mined[top] - stderr))
+    near = ranking.near()
     bm25 = [i for i, c in enumerate(combos) if not any(c["channels"].values())]
     base = max(bm25, key=lambda i: mined[i]) if bm25 else None
     best_target = int(np.argmax(scores[:, 0]))

@@ -186,6 +186,11 @@ class RankedSlice:
                            self.truth[mask], self.observable)
 
 
+def searched_pairs(slices: Sequence[RankedSlice]) -> np.ndarray:
+    """[P] bool: the metric pairs observable in some of `slices`, those a weight grid searches over them."""
+    return np.any([np.asarray(s.observable, bool) for s in slices], axis=0)
+
+
 def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict,
                  progress: bool = False) -> Iterator[tuple[tuple, int, np.ndarray]]:
     """Every combination of the weight `grid` ranked over the queries of all `slices`, in grid order: (the
@@ -195,7 +200,7 @@ def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict,
     `spec` is the current metric spec (`net.metric_spec()`); the pairs observable in some slice are searched, the
     others keep `spec`; BM25 is searched when every slice has its lexical feature.
     """
-    searched = np.any([np.asarray(s.observable, bool) for s in slices], axis=0)
+    searched = searched_pairs(slices)
     pair_axes = [list(grid.get(f"{a}|{b}", [v])) if obs else [v] for (a, b, v), obs in zip(spec["pairs"], searched)]
     channel_axes = [list(grid.get(c, [spec["channels"][c]])) for c in spec["channels"]]
     use_bm25 = all(s.lexical is not None for s in slices)
@@ -291,11 +296,16 @@ class GridRanking:
                 best_spec = combination_spec(spec, combinations[best])
                 best_rr = np.concatenate([s.reciprocal_ranks(best_spec) for s in slices])
         stderr = float(best_rr.std(ddof=1) / np.sqrt(len(best_rr))) if len(best_rr) > 1 else 0.0
-        near = [i for i in np.flatnonzero(eligible) if means[i] >= means[best] - stderr]
-        chosen = int(min(near, key=lambda i: (used[i], -means[i], i)))
-        return cls(combinations, used, means, best, stderr, chosen, eligible,
-                   condition_means if condition is not None else None,
-                   condition_best if condition is not None else None, condition_stderr)
+        ranking = cls(combinations, used, means, best, stderr, -1, eligible,
+                      condition_means if condition is not None else None,
+                      condition_best if condition is not None else None, condition_stderr)
+        ranking.chosen = int(min(ranking.near(), key=lambda i: (used[i], -means[i], i)))
+        return ranking
+
+    def near(self) -> np.ndarray:
+        """The eligible combinations within one standard error of the best: those the selection cannot tell
+        apart, among which it takes the simplest."""
+        return np.flatnonzero(self.eligible & (self.means >= self.means[self.best] - self.stderr))
 
 
 def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict, progress: bool = False,
@@ -356,7 +366,7 @@ def selection_slices(model: TicketModel, mined: MinedPairs, held_queries: Prepar
             model.prepare([mined.full_views[int(r)] for r in ranked], "ticket", progress), ranked,
             mined.paraphrase_truth, full_scorer, [True] * len(observable))
     if pasted:
-        searched = list(np.any([np.asarray(s.observable, bool) for s in slices.values()], axis=0))
+        searched = list(searched_pairs(list(slices.values())))
         whole = [Query(mined.originals[int(r)].subject, mined.originals[int(r)].description)
                  for r in mined.held_out_truth]
         slices[PASTED] = _ranked_slice(
@@ -400,7 +410,7 @@ def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPair
         report[PASTED] = best["condition"]
     net.set_weights([v for *_, v in chosen["pairs"]], chosen["channels"], chosen["bm25"])
     model.invalidate()
-    return report, list(np.any([np.asarray(s.observable, bool) for s in slices.values()], axis=0))
+    return report, list(searched_pairs(list(slices.values())))
 
 
 def observable_pairs(config: SiameseConfig, mined: MinedPairs) -> list[bool]:
