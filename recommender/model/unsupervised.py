@@ -21,7 +21,10 @@ paraphrase queries, and a pair no slice shows keeps the configuration's weight (
 from __future__ import annotations
 
 import itertools
+import os
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +76,9 @@ CALIBRATION_NEGATIVES = 4
 #: (`band_negatives`), and how many tickets it ranks (a random sample when the knowledge base is larger).
 CALIBRATION_BAND = (5, 20)
 BAND_TICKETS = 1000
+#: Query-view cells (over all slices) from which the grid's pair weightings are ranked on several threads: below it
+#: numpy's small operations hold the GIL and two threads took twice one thread's time (40 queries × 200 views).
+THREADED_RANKING_CELLS = 200_000
 MRR_K = 10
 #: The selection slice of held-out tickets pasted whole (`selection_slices`): a condition, not pooled.
 PASTED = "pasted"
@@ -191,36 +197,71 @@ def searched_pairs(slices: Sequence[RankedSlice]) -> np.ndarray:
     return np.any([np.asarray(s.observable, bool) for s in slices], axis=0)
 
 
-def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict,
-                 progress: bool = False) -> Iterator[tuple[tuple, int, np.ndarray]]:
+def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict, progress: bool = False,
+                 workers: int | None = None) -> Iterator[tuple[tuple, int, np.ndarray]]:
     """Every combination of the weight `grid` ranked over the queries of all `slices`, in grid order: (the
     combination, whose spec `combination_spec` gives; the number of channels it uses, BM25 counted as one;
     per-query 1/rank within the top 10). A generator: a caller keeps what it needs of each.
 
     `spec` is the current metric spec (`net.metric_spec()`); the pairs observable in some slice are searched, the
-    others keep `spec`; BM25 is searched when every slice has its lexical feature.
+    others keep `spec`; BM25 is searched when every slice has its lexical feature. The pair weightings are ranked
+    on `workers` threads (default: the CPUs this process may use, at most 8, when the slices hold at least
+    `THREADED_RANKING_CELLS` query-view cells, else one; numpy releases the GIL on large arrays), every result the
+    same as one thread's, yielded in grid order.
     """
     searched = searched_pairs(slices)
     pair_axes = [list(grid.get(f"{a}|{b}", [v])) if obs else [v] for (a, b, v), obs in zip(spec["pairs"], searched)]
     channel_axes = [list(grid.get(c, [spec["channels"][c]])) for c in spec["channels"]]
     use_bm25 = all(s.lexical is not None for s in slices)
     bm25_axis = list(grid.get("bm25", [spec["bm25"]])) if use_bm25 else [None]
-    lex = [(1.0 - s.lexical) if use_bm25 else 0.0 for s in slices]
-    channel_combos = list(itertools.product(*channel_axes))
-    for pw in tqdm(list(itertools.product(*pair_axes)), desc="ranking weight combinations", disable=not progress,
-                   leave=False):
+    # each BM25 weight times each slice's lexical distance, once
+    lexical = [{wb: wb * (1.0 - s.lexical) for wb in bm25_axis if wb} if use_bm25 else {} for s in slices]
+    channel_combos = [(cw, np.asarray(cw, np.float32)) for cw in itertools.product(*channel_axes)]
+
+    def pair_results(pw: tuple) -> list[tuple[tuple, int, np.ndarray]]:
         # unobservable pairs are constant per query: leave them out of each slice's ranking
         per_channel = [np.einsum("pcqn,p->cqn", s.dist, np.asarray(pw) * np.asarray(s.observable, bool))
                        for s in slices]
-        for cw in channel_combos:
-            cw_arr = np.asarray(cw, np.float32)
-            d_channels = [np.einsum("cqn,c->qn", pc, cw_arr) for pc in per_channel]
+        # buffers reused for every combination of this pair weighting (a fresh array each time costs page faults)
+        weighted = [np.empty(pc.shape[1:], np.result_type(pc, np.float32)) for pc in per_channel]
+        summed = [np.empty(pc.shape[1:], np.result_type(pc, np.float64)) for pc in per_channel]
+        out = []
+        for cw, cw_arr in channel_combos:
+            for pc, d in zip(per_channel, weighted):
+                np.einsum("cqn,c->qn", pc, cw_arr, out=d)
             for wb in bm25_axis:
                 if not any(cw) and not wb:
                     continue
-                rr = np.concatenate([reciprocal_ranks(d + wb * lx if wb else d, s.truth)
-                                     for d, lx, s in zip(d_channels, lex, slices)])
-                yield (pw, cw, wb), sum(1 for w in cw if w) + int(bool(wb)), rr
+                ranked = [np.add(d, lx[wb], out=x) for d, lx, x in zip(weighted, lexical, summed)] if wb else weighted
+                rr = np.concatenate([reciprocal_ranks(d, s.truth) for d, s in zip(ranked, slices)])
+                out.append(((pw, cw, wb), sum(1 for w in cw if w) + int(bool(wb)), rr))
+        return out
+
+    pair_combos = list(itertools.product(*pair_axes))
+    if workers is None:  # small rankings hold the GIL more than they compute: threads only slow them down
+        cells = sum(s.dist.shape[-2] * s.dist.shape[-1] for s in slices)
+        workers = _usable_cpus() if cells >= THREADED_RANKING_CELLS else 1
+    workers = max(1, min(workers, len(pair_combos)))
+    bar = tqdm(total=len(pair_combos), desc="ranking weight combinations", disable=not progress, leave=False)
+    with bar, ThreadPoolExecutor(workers, thread_name_prefix="ticketrec-grid") as pool:
+        pending: deque = deque()
+        for pw in pair_combos:
+            pending.append(pool.submit(pair_results, pw))
+            if len(pending) >= 2 * workers:  # a bounded window keeps grid order and memory
+                yield from pending.popleft().result()
+                bar.update()
+        while pending:
+            yield from pending.popleft().result()
+            bar.update()
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the platform tells it), at most 8."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:
+        n = os.cpu_count() or 1
+    return max(1, min(8, n))
 
 
 def combination_spec(spec: dict, combination: tuple) -> dict:
