@@ -77,7 +77,8 @@ CALIBRATION_NEGATIVES = 4
 CALIBRATION_BAND = (5, 20)
 BAND_TICKETS = 1000
 #: Query-view cells (over all slices) from which the grid's pair weightings are ranked on several threads: below it
-#: numpy's small operations hold the GIL and two threads took twice one thread's time (40 queries × 200 views).
+#: numpy's small operations hold the GIL, and two threads took twice one thread's time (3 slices of 40 queries × 200
+#: views: 24,000 cells; SeaMonkey's 3 × 161 × 1,074 = 519,000 ran 1.35 times faster on two).
 THREADED_RANKING_CELLS = 200_000
 MRR_K = 10
 #: The selection slice of held-out tickets pasted whole (`selection_slices`): a condition, not pooled.
@@ -222,7 +223,7 @@ def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict, progress
         # unobservable pairs are constant per query: leave them out of each slice's ranking
         per_channel = [np.einsum("pcqn,p->cqn", s.dist, np.asarray(pw) * np.asarray(s.observable, bool))
                        for s in slices]
-        # buffers reused for every combination of this pair weighting (a fresh array each time costs page faults)
+        # buffers reused for every combination of this pair weighting
         weighted = [np.empty(pc.shape[1:], np.result_type(pc, np.float32)) for pc in per_channel]
         summed = [np.empty(pc.shape[1:], np.result_type(pc, np.float64)) for pc in per_channel]
         out = []
