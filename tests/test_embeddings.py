@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from recommender.model.embeddings import (CharBiLSTM, CharVocabulary, WordBatch, WordEmbedder, align_vectors,
-                                    load_word2vec, sum_emb, train_word2vec)
+                                    load_word2vec, sum_emb, train_word2vec,
+                                    word2vec_epochs)
 from recommender.errors import InputError, ModelError
 from recommender.model.vocab import EOS_ID, PAD_ID, UNK_ID, Vocabulary
 
@@ -49,6 +50,15 @@ def test_word2vec_is_deterministic_for_a_seed_and_aligns_to_the_vocabulary():
     assert not table[[PAD_ID, UNK_ID, EOS_ID, vocab.id("only-in-vocab")]].any()  # missing words: zeros
     with pytest.raises(InputError, match="dimensions"):
         align_vectors(a, vocab, 16)
+
+
+def test_word2vec_epochs_follow_the_token_budget_within_their_bounds():
+    assert word2vec_epochs(100_000, 20) == 20  # no budget: the fixed count
+    assert word2vec_epochs(156_259, 20, updates=20_000_000) == 128  # ceil(20M / tokens)
+    assert word2vec_epochs(99_866, 20, updates=20_000_000) == 200  # 201, capped at max_epochs
+    assert word2vec_epochs(10_000_000, 20, updates=20_000_000) == 20  # a large corpus keeps the minimum
+    assert word2vec_epochs(1_000, 30, updates=20_000_000, max_epochs=10) == 30  # the minimum wins over the cap
+    assert word2vec_epochs(0, 20, updates=20_000_000) == 20
 
 
 def test_load_word2vec_reads_text_and_binary_and_rejects_junk(tmp_path):

@@ -1,5 +1,6 @@
 """Label-free training: a store of tickets and no labelled pairs → a model that ranks and scores sensibly."""
 import json
+import re
 import tempfile
 
 import numpy as np
@@ -14,11 +15,12 @@ from recommender.errors import InputError
 from recommender.lexical.bm25 import Bm25Scorer
 from recommender.model.bundle import TicketModel
 from recommender.model.calibration import Calibrator
+from recommender.model.embeddings import word2vec_epochs
 from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs
 from recommender.model.siamese import MERGED
 from recommender.model.unsupervised import (CALIBRATION_BAND, LABEL_FREE_GRID, PASTED, RANK_LOSS, RankedSlice,
                                             band_negatives, combination_spec, grid_results, mrr_at_k, select_by_rank,
-                                            smoothed_stderr, train_without_labels)
+                                            W2V_UPDATES, smoothed_stderr, train_without_labels)
 
 #: The tiny dimensions of tests/conftest.py's models, no pretrained channel (no MiniLM in a unit test).
 TINY = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 6, "topic_vocab": 80, "topic_epochs": 2,
@@ -60,6 +62,11 @@ def test_cli_trains_label_free_on_the_store_and_says_what_it_did(label_free):
     # --config tunes the label-free configuration (merged-text pair, ranking loss, label-free grid), not the labelled one
     assert model.siamese_config.rank_loss == RANK_LOSS and model.siamese_config.grid["bm25"] == LABEL_FREE_GRID["bm25"]
     assert [MERGED, MERGED] in [list(p[:2]) for p in model.siamese_config.pairs]
+    # without S, word2vec trains for the label-free token budget, not the config's 2 epochs; the model records it
+    tokens, epochs = re.fullmatch(r"trained on the knowledge base \(([\d,]+) tokens, (\d+) epochs\)",
+                                  model.meta["word_vectors"]).groups()
+    tokens, epochs = int(tokens.replace(",", "")), int(epochs)
+    assert epochs == word2vec_epochs(tokens, 2, W2V_UPDATES) > 2
 
 
 def test_the_paraphrase_queries_make_the_subject_pair_selectable(label_free):
@@ -305,7 +312,9 @@ def test_the_default_model_keeps_every_score_promise(label_free_default):
     """Through the serving engine (index, candidates, scoring, calibration): a ticket pasted as its own query
     comes first and scores ≥ 4.5, an off-topic query's best result ≤ 2.5, and results never tie."""
     home, model_dir, tickets = label_free_default
-    assert TicketModel.load(model_dir).metric_spec()["channels"].get("S", 0) > 0
+    model = TicketModel.load(model_dir)
+    assert model.metric_spec()["channels"].get("S", 0) > 0
+    assert model.meta["word_vectors"].endswith(" 2 epochs)")  # with S, the config's epochs: no token budget
     engine = _serving_engine(home, model_dir)
     for ticket in tickets[:10]:
         best = engine.recommend(Query(ticket.subject, ticket.description), k=3)

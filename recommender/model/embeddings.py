@@ -5,6 +5,7 @@ word2vec part; their char-BiLSTM part still gives them a vector of their own, so
 """
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,15 @@ MAX_WORD_CHARS = 20
 def _stable_hash(text: str) -> int:
     """A hash independent of PYTHONHASHSEED, so gensim's initial vectors are the same in every process."""
     return zlib.crc32(text.encode("utf-8"))
+
+
+def word2vec_epochs(n_tokens: int, epochs: int, updates: int = 0, max_epochs: int = 200) -> int:
+    """Epochs for word2vec on `n_tokens` tokens: `epochs`, or with `updates` > 0 enough epochs for about that many
+    token updates, at least `epochs` and at most `max_epochs`. A knowledge base is a small corpus, and a fixed
+    epoch count leaves its rarer words, the ones that tell tickets apart, barely moved from their random start."""
+    if updates <= 0 or n_tokens <= 0:
+        return epochs
+    return int(min(max(epochs, math.ceil(updates / n_tokens)), max(epochs, max_epochs)))
 
 
 def train_word2vec(token_lists: Sequence[Sequence[str]], dim: int = 300, seed: int = 0, workers: int = 1,

@@ -21,7 +21,7 @@ from scipy.stats import pearsonr, spearmanr
 from tqdm import tqdm
 
 from .calibration import Calibrator
-from .embeddings import CharVocabulary, align_vectors, load_word2vec, train_word2vec
+from .embeddings import CharVocabulary, align_vectors, load_word2vec, train_word2vec, word2vec_epochs
 from ..errors import InputError
 from .bundle import Prepared, TicketModel, _package_versions, build_topic_vocab, topic_documents
 from ..data.records import Query, Ticket
@@ -175,8 +175,9 @@ def _seed_everything(seed: int) -> None:
 
 
 def _unsupervised_parts(config: SiameseConfig, kb_tickets: Sequence[Ticket], kb_queries: Sequence[Query], seed: int,
-                        word_vectors: str | Path | None, progress: bool):
-    """Punkt, vocabulary, char vocabulary, word vectors and DocNADE, all from the knowledge-base text."""
+                        word_vectors: str | Path | None, progress: bool, w2v_updates: int = 0):
+    """Punkt, vocabulary, char vocabulary, word vectors and DocNADE, all from the knowledge-base text; word2vec trains
+    `config.w2v_epochs` epochs, or with `w2v_updates` for about that many token updates (`word2vec_epochs`)."""
     texts = [t.description for t in kb_tickets] + [t.solution for t in kb_tickets if t.solution] + \
             [q.description for q in kb_queries]
     splitter = SentenceSplitter.train(texts)
@@ -203,11 +204,13 @@ def _unsupervised_parts(config: SiameseConfig, kb_tickets: Sequence[Ticket], kb_
         kv = load_word2vec(word_vectors)
         source = str(word_vectors)
     else:
+        n_tokens = sum(map(len, sentences))
+        epochs = word2vec_epochs(n_tokens, config.w2v_epochs, w2v_updates)
         if progress:
-            tqdm.write(f"word2vec {config.word_dim}-d on {sum(map(len, sentences)):,} tokens ...")
-        kv = train_word2vec(sentences, dim=config.word_dim, seed=seed, workers=1, epochs=config.w2v_epochs,
+            tqdm.write(f"word2vec {config.word_dim}-d on {n_tokens:,} tokens, {epochs} epochs ...")
+        kv = train_word2vec(sentences, dim=config.word_dim, seed=seed, workers=1, epochs=epochs,
                             window=config.w2v_window, min_count=config.min_count)
-        source = "trained on the knowledge base"
+        source = f"trained on the knowledge base ({n_tokens:,} tokens, {epochs} epochs)"
     vectors = align_vectors(kv, vocab, config.word_dim)
     topic_model = topic_vocab = None
     if "T" in config.active_channels:

@@ -68,6 +68,13 @@ LABEL_FREE_PAIRS = [list(p) for p in TABLE2_PAIRS] + [[MERGED, MERGED, 0.3]]
 #: ranked the held-out slice at random (h alone: held-out MRR@10 0.004 on SeaMonkey, 0.010 on SemEval-2016).
 #: Chosen on the mined held-out slices of both (see docs/internals.md), never on their labels.
 RANK_LOSS = 1.0
+#: Token updates of the knowledge base's word2vec in label-free training without S (`w2v_updates`): ceil(updates /
+#: tokens) epochs, 20 to 200 (`embeddings.word2vec_epochs`). A knowledge base is a corpus of 10^5 tokens: at 20 epochs
+#: SumEMB of its vectors found a mined held-out query's own ticket at MRR@10 0.078 on SeaMonkey (100,000 tokens) and
+#: at 200 epochs 0.269 (SemEval-2016 train-part2: 0.131 → 0.420; `benchmarks/word2vec_epochs.py`). The default with
+#: S lost SemEval-2016 dev MAP with it (79.63 → 77.48), so with S word2vec keeps the config's epochs:
+#: docs/internals.md, "Learning without labels", step 1.
+W2V_UPDATES = 20_000_000
 #: Held-out rankings score at most this many views per query (the own view always among them).
 MAX_RANKED_VIEWS = 3000
 #: Random NO tickets per held-out query in the calibration pairs.
@@ -83,6 +90,12 @@ THREADED_RANKING_CELLS = 200_000
 MRR_K = 10
 #: The selection slice of held-out tickets pasted whole (`selection_slices`): a condition, not pooled.
 PASTED = "pasted"
+
+
+def w2v_updates(config: SiameseConfig) -> int:
+    """Token updates of the knowledge base's word2vec in label-free training: `W2V_UPDATES` for a configuration
+    without the sentence encoder S, 0 (the config's `w2v_epochs`) with it."""
+    return 0 if "S" in config.active_channels else W2V_UPDATES
 
 
 def label_free_config(pretrained: bool = True, **overrides) -> SiameseConfig:
@@ -664,7 +677,8 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
 
     with stages("word vectors, Punkt, vocabulary, DocNADE"):
         splitter, vocab, chars, vectors, w2v_source, topic_model, topic_vocab = _unsupervised_parts(
-            config, tickets, list(labelled.queries) if labelled_pairs is not None else [], seed, word_vectors, progress)
+            config, tickets, list(labelled.queries) if labelled_pairs is not None else [], seed, word_vectors, progress,
+            w2v_updates=w2v_updates(config))
     _seed_everything(seed)
     net = ReplicatedSiameseLSTM(config, vectors, len(chars))
     meta = {"data_fingerprint": dataset_fingerprint(Dataset(tickets), labelled), "seed": seed,
