@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from recommender.model.embeddings import (CharBiLSTM, CharVocabulary, WordBatch, WordEmbedder, align_vectors,
-                                    load_word2vec, sum_emb, train_word2vec,
-                                    word2vec_epochs)
+                                    load_word2vec, sum_emb, train_word2vec, word2vec_epochs)
 from recommender.errors import InputError, ModelError
 from recommender.model.vocab import EOS_ID, PAD_ID, UNK_ID, Vocabulary
 

@@ -68,7 +68,7 @@ LABEL_FREE_PAIRS = [list(p) for p in TABLE2_PAIRS] + [[MERGED, MERGED, 0.3]]
 #: ranked the held-out slice at random (h alone: held-out MRR@10 0.004 on SeaMonkey, 0.010 on SemEval-2016).
 #: Chosen on the mined held-out slices of both (see docs/internals.md), never on their labels.
 RANK_LOSS = 1.0
-#: Token updates of the knowledge base's word2vec in label-free training without S (`w2v_updates`): ceil(updates /
+#: Token updates of the knowledge base's word2vec in label-free training without S (`word2vec_updates`): ceil(updates /
 #: tokens) epochs, 20 to 200 (`embeddings.word2vec_epochs`). A knowledge base is a corpus of 10^5 tokens: at 20 epochs
 #: SumEMB of its vectors found a mined held-out query's own ticket at MRR@10 0.078 on SeaMonkey (100,000 tokens) and
 #: at 200 epochs 0.269 (SemEval-2016 train-part2: 0.131 → 0.420; `benchmarks/word2vec_epochs.py`). The default with
@@ -92,7 +92,7 @@ MRR_K = 10
 PASTED = "pasted"
 
 
-def w2v_updates(config: SiameseConfig) -> int:
+def word2vec_updates(config: SiameseConfig) -> int:
     """Token updates of the knowledge base's word2vec in label-free training: `W2V_UPDATES` for a configuration
     without the sentence encoder S, 0 (the config's `w2v_epochs`) with it."""
     return 0 if "S" in config.active_channels else W2V_UPDATES
@@ -678,7 +678,7 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     with stages("word vectors, Punkt, vocabulary, DocNADE"):
         splitter, vocab, chars, vectors, w2v_source, topic_model, topic_vocab = _unsupervised_parts(
             config, tickets, list(labelled.queries) if labelled_pairs is not None else [], seed, word_vectors, progress,
-            w2v_updates=w2v_updates(config))
+            w2v_updates=word2vec_updates(config))
     _seed_everything(seed)
     net = ReplicatedSiameseLSTM(config, vectors, len(chars))
     meta = {"data_fingerprint": dataset_fingerprint(Dataset(tickets), labelled), "seed": seed,
