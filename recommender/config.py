@@ -167,6 +167,13 @@ def default(field: str) -> Any:
     return setting.parse(setting.default, Path(_BY_FIELD["home"].default).expanduser())
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity where the platform tells it, else the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 def markdown_table() -> str:
     """The README's configuration table: variable, default, meaning."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
@@ -216,7 +223,7 @@ class Settings:
         """How many processes an index build encodes in: `index_workers`, or one per usable core (at most 4)."""
         if self.index_workers > 0:
             return self.index_workers
-        return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+        return min(4, usable_cpus())
 
     def vector_dtype(self, n_tickets: int) -> str:
         """How an index version of `n_tickets` tickets stores its vectors: `index_dtype`, with auto resolved."""

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from ..config import default
+from ..config import default, usable_cpus
 from ..errors import InputError
 from ..data.records import Query
 from ..data.store import Dataset, Store
@@ -458,12 +458,7 @@ def _worker_row(row: Row, spec: RunSpec) -> dict:
 
 def default_jobs() -> int:
     """The default --jobs: the number of cores this process may use."""
-    import os
-
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    return usable_cpus()
 
 
 def run_rows(rows: Sequence[Row], splits: dict[str, Split], spec: RunSpec, jobs: int = 1,

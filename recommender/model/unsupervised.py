@@ -21,7 +21,6 @@ paraphrase queries, and a pair no slice shows keeps the configuration's weight (
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +33,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..config import usable_cpus
 from ..data.records import NO, YES, Query, Ticket
 from ..data.store import Dataset
 from ..errors import InputError
@@ -87,6 +87,8 @@ BAND_TICKETS = 1000
 #: numpy's small operations hold the GIL, and two threads took twice one thread's time (3 slices of 40 queries × 200
 #: views: 24,000 cells; SeaMonkey's 3 × 161 × 1,074 = 519,000 ran 1.35 times faster on two).
 THREADED_RANKING_CELLS = 200_000
+#: Most threads the grid's ranking takes by default (memory-bandwidth bound: two gave 1.35–1.5 times one).
+MAX_RANKING_THREADS = 8
 MRR_K = 10
 #: The selection slice of held-out tickets pasted whole (`selection_slices`): a condition, not pooled.
 PASTED = "pasted"
@@ -219,9 +221,9 @@ def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict, progress
 
     `spec` is the current metric spec (`net.metric_spec()`); the pairs observable in some slice are searched, the
     others keep `spec`; BM25 is searched when every slice has its lexical feature. The pair weightings are ranked
-    on `workers` threads (default: the CPUs this process may use, at most 8, when the slices hold at least
-    `THREADED_RANKING_CELLS` query-view cells, else one; numpy releases the GIL on large arrays), every result the
-    same as one thread's, yielded in grid order.
+    on `workers` threads (default: the CPUs this process may use, at most `MAX_RANKING_THREADS`, when the slices
+    hold at least `THREADED_RANKING_CELLS` query-view cells, else one; numpy releases the GIL on large arrays),
+    every result the same as one thread's, yielded in grid order.
     """
     searched = searched_pairs(slices)
     pair_axes = [list(grid.get(f"{a}|{b}", [v])) if obs else [v] for (a, b, v), obs in zip(spec["pairs"], searched)]
@@ -254,7 +256,7 @@ def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict, progress
     pair_combos = list(itertools.product(*pair_axes))
     if workers is None:  # small rankings hold the GIL more than they compute: threads only slow them down
         cells = sum(s.dist.shape[-2] * s.dist.shape[-1] for s in slices)
-        workers = _usable_cpus() if cells >= THREADED_RANKING_CELLS else 1
+        workers = min(MAX_RANKING_THREADS, usable_cpus()) if cells >= THREADED_RANKING_CELLS else 1
     workers = max(1, min(workers, len(pair_combos)))
     bar = tqdm(total=len(pair_combos), desc="ranking weight combinations", disable=not progress, leave=False)
     with bar, ThreadPoolExecutor(workers, thread_name_prefix="ticketrec-grid") as pool:
@@ -267,15 +269,6 @@ def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict, progress
         while pending:
             yield from pending.popleft().result()
             bar.update()
-
-
-def _usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the platform tells it), at most 8."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:
-        n = os.cpu_count() or 1
-    return max(1, min(8, n))
 
 
 def combination_spec(spec: dict, combination: tuple) -> dict:
