@@ -53,9 +53,10 @@ def test_word2vec_is_deterministic_for_a_seed_and_aligns_to_the_vocabulary():
 
 def test_word2vec_epochs_follow_the_token_budget_within_their_bounds():
     assert word2vec_epochs(100_000, 20) == 20  # no budget: the fixed count
-    assert word2vec_epochs(156_259, 20, updates=20_000_000) == 128  # ceil(20M / tokens)
-    assert word2vec_epochs(99_866, 20, updates=20_000_000) == 200  # 201, capped at max_epochs
-    assert word2vec_epochs(10_000_000, 20, updates=20_000_000) == 20  # a large corpus keeps the minimum
+    assert word2vec_epochs(156_259, 20, updates=40_000_000) == 256  # ceil(40M / tokens)
+    assert word2vec_epochs(99_866, 20, updates=40_000_000) == 400  # 401, capped at max_epochs
+    assert word2vec_epochs(99_866, 20, updates=40_000_000, max_epochs=200) == 200
+    assert word2vec_epochs(10_000_000, 20, updates=40_000_000) == 20  # a large corpus keeps the minimum
     assert word2vec_epochs(1_000, 30, updates=20_000_000, max_epochs=10) == 30  # the minimum wins over the cap
     assert word2vec_epochs(0, 20, updates=20_000_000) == 20
 

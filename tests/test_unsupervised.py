@@ -1,4 +1,5 @@
 """Label-free training: a store of tickets and no labelled pairs → a model that ranks and scores sensibly."""
+import dataclasses
 import json
 import re
 import tempfile
@@ -19,8 +20,9 @@ from recommender.model.embeddings import word2vec_epochs
 from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs
 from recommender.model.siamese import MERGED
 from recommender.model.unsupervised import (CALIBRATION_BAND, LABEL_FREE_GRID, PASTED, RANK_LOSS, RankedSlice,
-                                            band_negatives, combination_spec, grid_results, mrr_at_k, select_by_rank,
-                                            W2V_UPDATES, smoothed_stderr, train_without_labels)
+                                            band_negatives, combination_spec, grid_results, mrr_at_k,
+                                            pairs_against_empty_fields, select_by_rank, W2V_UPDATES, smoothed_stderr,
+                                            train_without_labels)
 
 #: The tiny dimensions of tests/conftest.py's models, no pretrained channel (no MiniLM in a unit test).
 TINY = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 6, "topic_vocab": 80, "topic_epochs": 2,
@@ -375,6 +377,27 @@ def test_labelled_pairs_are_added_to_the_mined_ones(tmp_path):
     report = model.meta["training"]
     assert report["labelled_pairs"] == 2
     assert report["calibration_pairs"] > 2  # mined and labelled pairs both calibrate
+
+
+def test_pairs_against_a_field_no_ticket_fills_weigh_nothing():
+    """SeaMonkey's tickets have no SOLUTION. A pair against it ranks nothing (the same empty text for every ticket)
+    but adds a distance that grows with the query's text, lowering a ticket pasted whole below its own subject:
+    label-free training gives such pairs weight 0, and only them."""
+    from recommender.model.siamese import SiameseConfig
+
+    data = generate(n_tickets=60, n_queries=0, seed=2)
+    tickets = [dataclasses.replace(t, solution="") for t in data.tickets]
+    pairs = [["SUB", "SOL", 0.1], ["DESC", "SOL", 0.1], ["SUB", "DESC", 0.2], [MERGED, MERGED, 0.3]]
+    assert pairs_against_empty_fields(pairs, tickets) == [True, True, False, False]
+    assert pairs_against_empty_fields(pairs, data.tickets) == [False] * 4  # one filled solution is enough
+    assert pairs_against_empty_fields([["SUB", "DESC+SOL", 1.0]], tickets) == [False]
+    lines = []
+    model = train_without_labels(tickets, SiameseConfig().replace(**dict(TINY, epochs=1)), None, progress=False,
+                                 echo=lines.append)
+    weights = {(a, b): v for a, b, v in model.metric_spec()["pairs"]}
+    assert weights[("SUB", "SOL")] == weights[("DESC", "SOL")] == 0.0
+    assert sum(weights.values()) > 0
+    assert any("weight 0 for the pairs against a field no ticket fills: SUB-SOL, DESC-SOL" in line for line in lines)
 
 
 def test_too_few_tickets_is_a_clear_error_before_any_training():

@@ -29,7 +29,7 @@ def _stable_hash(text: str) -> int:
     return zlib.crc32(text.encode("utf-8"))
 
 
-def word2vec_epochs(n_tokens: int, epochs: int, updates: int = 0, max_epochs: int = 200) -> int:
+def word2vec_epochs(n_tokens: int, epochs: int, updates: int = 0, max_epochs: int = 400) -> int:
     """Epochs for word2vec on `n_tokens` tokens: `epochs`, or with `updates` > 0 enough epochs for about that many
     token updates, at least `epochs` and at most `max_epochs`. A knowledge base is a small corpus, and a fixed
     epoch count leaves its rarer words, the ones that tell tickets apart, barely moved from their random start."""

@@ -22,7 +22,8 @@ from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fi
 from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
-from .unsupervised import CALIBRATION_BAND, CALIBRATION_NEGATIVES, band_negatives, mined_calibration, select_by_rank
+from .unsupervised import (CALIBRATION_BAND, CALIBRATION_NEGATIVES, band_negatives, mined_calibration,
+                           pairs_against_empty_fields, select_by_rank)
 from ..lexical.bm25 import Bm25Scorer
 
 #: The fewest relevant judgements (YES/REL pairs) that may re-select the channel and pair weights.
@@ -236,7 +237,9 @@ def reselect_weights(model: TicketModel, judged: JudgedQueries, seed: int = 0, p
     changed = gain > stderr
     chosen, value, _ = select_by_rank([ranked], spec, config.grid)
     if changed:
-        model.net.set_weights([v for *_, v in chosen["pairs"]], chosen["channels"], chosen["bm25"])
+        empty = pairs_against_empty_fields(chosen["pairs"], judged.kb)
+        model.net.set_weights([0.0 if e else v for (*_, v), e in zip(chosen["pairs"], empty)], chosen["channels"],
+                              chosen["bm25"])
         model.invalidate()
     return {"queries": len(judged), "ranked": int(len(judged.ranked)), "current": float(current.mean()),
             "cross_validated": float(selected.mean()), "stderr": stderr, "selected_in_sample": value,

@@ -69,12 +69,12 @@ LABEL_FREE_PAIRS = [list(p) for p in TABLE2_PAIRS] + [[MERGED, MERGED, 0.3]]
 #: Chosen on the mined held-out slices of both (see docs/internals.md), never on their labels.
 RANK_LOSS = 1.0
 #: Token updates of the knowledge base's word2vec in label-free training without S (`word2vec_updates`): ceil(updates /
-#: tokens) epochs, 20 to 200 (`embeddings.word2vec_epochs`). A knowledge base is a corpus of 10^5 tokens: at 20 epochs
-#: SumEMB of its vectors found a mined held-out query's own ticket at MRR@10 0.078 on SeaMonkey (100,000 tokens) and
-#: at 200 epochs 0.269 (SemEval-2016 train-part2: 0.131 → 0.420; `benchmarks/word2vec_epochs.py`). The default with
-#: S lost SemEval-2016 dev MAP with it (79.63 → 77.48), so with S word2vec keeps the config's epochs:
-#: docs/internals.md, "Learning without labels", step 1.
-W2V_UPDATES = 20_000_000
+#: tokens) epochs, 20 to 400 (`embeddings.word2vec_epochs`). A knowledge base is a corpus of 10^5 tokens: at 20 epochs
+#: SumEMB of its vectors found a mined held-out query's own ticket at MRR@10 0.078 on SeaMonkey (100,000 tokens), at
+#: 200 epochs 0.269 and at 400 0.300 (SemEval-2016 train-part2: 0.131 → 0.420 → 0.448;
+#: `benchmarks/word2vec_epochs.py`). The default with S lost SemEval-2016 dev MAP with the budget of 20 M (79.63 →
+#: 77.48), so with S word2vec keeps the config's epochs: docs/internals.md, "Learning without labels", step 1.
+W2V_UPDATES = 40_000_000
 #: Held-out rankings score at most this many views per query (the own view always among them).
 MAX_RANKED_VIEWS = 3000
 #: Random NO tickets per held-out query in the calibration pairs.
@@ -478,6 +478,18 @@ def observable_pairs(config: SiameseConfig, mined: MinedPairs) -> list[bool]:
 # ---------------------------------------------------------------------------------------------------------------
 # pairs
 # ---------------------------------------------------------------------------------------------------------------
+def pairs_against_empty_fields(pairs: Sequence[Sequence], tickets: Sequence[Ticket]) -> list[bool]:
+    """[P] bool: the metric pairs (query side, ticket side, weight) whose ticket side is a field that no ticket fills
+    (SeaMonkey's SOLUTION). Such a pair compares each query with the same empty text for every ticket: it ranks
+    nothing, but its distance grows with the query's text, so it would lower the score of a long query (a ticket
+    pasted whole) against a short one (a subject) for the same match, and the calibration cannot tell them apart."""
+    filled = {"SUB": any(t.subject.strip() for t in tickets),
+              "DESC": any((t.description or "").strip() for t in tickets),
+              "SOL": any((t.solution or "").strip() for t in tickets)}
+    filled[MERGED] = any(filled.values())
+    return [not any(filled.get(field, True) for field in str(b).split("+")) for _, b, *_ in pairs]
+
+
 def _concat(a: PairSet, b: PairSet, repeat: int = 1) -> PairSet:
     """The pairs of `a` then those of `b` (each `repeat` times), queries and tickets concatenated."""
     q = np.concatenate([a.q] + [b.q + len(a.queries)] * repeat)
@@ -754,10 +766,14 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
             echo(f"held-out tickets pasted whole: MRR@{MRR_K} {p['value']:.3f} with the selected weights; "
                  f"{p['eligible']:,} of {p['combinations']:,} weightings were eligible (within one standard error, "
                  f"{p['stderr']:.3f}, of the best, {p['best']:.3f})")
-    net.set_weights(_restored_pairs(net.metric_spec(), configured_pairs, observable), net.metric_spec()["channels"],
+    restored = _restored_pairs(net.metric_spec(), configured_pairs, observable)
+    empty = pairs_against_empty_fields(config.metric_pairs, tickets)
+    net.set_weights([0.0 if e else v for v, e in zip(restored, empty)], net.metric_spec()["channels"],
                     net.metric_spec()["bm25"])
     model.invalidate()
-    echo(f"metric weights: {_short(net.metric_spec())}")
+    unfilled = ", ".join(f"{a}-{b}" for (a, b, _), e in zip(config.metric_pairs, empty) if e)
+    echo(f"metric weights: {_short(net.metric_spec())}"
+         + (f"; weight 0 for the pairs against a field no ticket fills: {unfilled}" if unfilled else ""))
 
     with stages("calibrating on serving-like pairs"):
         cal, cal_data = _prepared_calibration(model, mined, tickets, augmenter, kb_scorer if use_lexical else None,
