@@ -390,7 +390,6 @@ def test_pairs_against_a_field_no_ticket_fills_weigh_nothing():
     pairs = [["SUB", "SOL", 0.1], ["DESC", "SOL", 0.1], ["SUB", "DESC", 0.2], [MERGED, MERGED, 0.3]]
     assert pairs_against_empty_fields(pairs, tickets) == [True, True, False, False]
     assert pairs_against_empty_fields(pairs, data.tickets) == [False] * 4  # one filled solution is enough
-    assert pairs_against_empty_fields([["SUB", "DESC+SOL", 1.0]], tickets) == [False]
     lines = []
     model = train_without_labels(tickets, SiameseConfig().replace(**dict(TINY, epochs=1)), None, progress=False,
                                  echo=lines.append)

@@ -487,7 +487,7 @@ def pairs_against_empty_fields(pairs: Sequence[Sequence], tickets: Sequence[Tick
               "DESC": any((t.description or "").strip() for t in tickets),
               "SOL": any((t.solution or "").strip() for t in tickets)}
     filled[MERGED] = any(filled.values())
-    return [not any(filled.get(field, True) for field in str(b).split("+")) for _, b, *_ in pairs]
+    return [not filled[b] for _, b, *_ in pairs]  # `SiameseConfig.validate`: a ticket side is one of these
 
 
 def _concat(a: PairSet, b: PairSet, repeat: int = 1) -> PairSet:
