@@ -1,6 +1,8 @@
 """The model artifact: save/load gives identical scores; missing, corrupt or foreign files give a ModelError naming them."""
 import json
 import shutil
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -8,7 +10,11 @@ import pytest
 from recommender.errors import ModelError
 from recommender.model.bundle import TicketModel
 from recommender.data.records import Query
+from recommender.model.char_siamese import CharSiameseConfig
+from recommender.model.mining import MiningConfig
+from recommender.model.saved_config import SavedConfig
 from recommender.model.siamese import SiameseConfig
+from recommender.model.var_siamese import VarSiameseConfig
 from recommender.model.training import train_model
 
 TINY = dict(word_dim=16, hidden=8, char_dim=4, char_hidden=5, epochs=1, batch_size=8, min_count=1, w2v_epochs=2,
@@ -118,6 +124,48 @@ def test_changed_weights_do_not_pass_as_the_same_version(trained, tmp_path):
     np.save(path / "word2vec.npy", vectors)
     with pytest.raises(ModelError, match="corrupt"):
         TicketModel.load(path)
+
+
+def test_a_model_saved_before_a_config_field_existed_loads_with_its_version(trained, tmp_path):
+    """A hyperparameter added later (`ADDED_FIELDS`) must not turn every saved model into a "corrupt" one: a config
+    that does not name it loads with the old behaviour and the same version; another value is another version."""
+    model, out, dev = trained
+    path = copy_of(out, tmp_path)
+    config = json.loads((path / "config.json").read_text())
+    assert config["hyperparameters"]["e_unknown"] == "chars"
+    del config["hyperparameters"]["e_unknown"]  # as written before the field existed
+    (path / "config.json").write_text(json.dumps(config))
+    old = TicketModel.load(path)
+    assert old.siamese_config.e_unknown == "chars" and old.version == model.version == config["version"]
+    queries, tickets = _pairs(dev)
+    np.testing.assert_array_equal(old.score_pairs(queries, tickets), model.score_pairs(queries, tickets))
+    config["hyperparameters"]["e_unknown"] = "skip"  # a real change of the model is a change of its version
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="corrupt"):
+        TicketModel.load(path)
+
+
+def test_a_saved_config_fills_an_added_field_with_the_old_behaviour_and_leaves_it_out_of_the_fingerprint():
+    """`SavedConfig`, which the hyperparameters saved with a model use (Siamese, char-siamese, var-siamese,
+    mining): a saved config gets `ADDED_FIELDS`' value, a user's options the field's default, and only a value other
+    than the added one counts in the fingerprint."""
+
+    @dataclass
+    class Knobs(SavedConfig):
+        ADDED_FIELDS: ClassVar[dict] = {"new": "as before"}
+        size: int = 3
+        new: str = "better"
+
+        @classmethod
+        def from_dict(cls, data):
+            return cls(**data)
+
+    saved = Knobs.from_saved({"size": 5})  # written before `new` existed
+    assert saved.new == "as before" and saved.fingerprint_dict() == {"size": 5}
+    assert Knobs.from_dict({"size": 5}).new == "better"
+    assert Knobs.from_saved({"size": 5, "new": "better"}).fingerprint_dict() == {"size": 5, "new": "better"}
+    for config in (SiameseConfig, CharSiameseConfig, VarSiameseConfig, MiningConfig):
+        assert issubclass(config, SavedConfig)
 
 
 def test_save_is_atomic_and_replaces_an_existing_model(trained, tmp_path):

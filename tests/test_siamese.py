@@ -177,6 +177,7 @@ def test_every_preset_builds_and_the_config_roundtrips_through_json():
     ({"pairs": [["SOL", "SUB", 0.1]]}, "bad pair"),
     ({"pairs": [[MERGED, "SUB", 0.1]]}, "bad pair"),
     ({"e_norm": "max"}, "e_norm"),
+    ({"e_unknown": "drop"}, "e_unknown"),
     ({"weights": "magic"}, "fixed, grid or learn"),
 ])
 def test_bad_configs_say_what_to_fix(changes, message):
@@ -184,6 +185,26 @@ def test_bad_configs_say_what_to_fix(changes, message):
         SiameseConfig().replace(**changes)
     with pytest.raises(InputError, match="unknown preset"):
         SiameseConfig.preset("best")
+
+
+def test_e_skip_leaves_unknown_words_out_of_sumemb_and_chars_keeps_their_char_half():
+    """With e_unknown="skip" E is SumEMB of the known words alone (a text of unknown words only: the zero vector),
+    with "chars" an unknown word adds its vector (in a trained model the char-BiLSTM half alone: `align_vectors`
+    gives `<unk>` zeros); h reads the unknown words either way."""
+    known, mixed, unknown = (Query("Valve leak seal", ""), Query("Valve leak seal zyxwv qqqqq", ""),
+                             Query("zyxwv qqqqq", ""))
+    vectors = {}
+    for mode in ("chars", "skip"):
+        net, feat = build(small(e_unknown=mode))
+        net.eval()
+        with torch.no_grad():
+            vectors[mode] = [net.encode(feat.batch([feat.query_tokens(q)])) for q in (known, mixed, unknown)]
+    skip, chars = vectors["skip"], vectors["chars"]
+    assert torch.allclose(skip[1]["SUB.E"], skip[0]["SUB.E"], atol=1e-6)
+    assert torch.count_nonzero(skip[2]["SUB.E"]) == 0
+    assert not torch.allclose(chars[1]["SUB.E"], chars[0]["SUB.E"], atol=1e-3)
+    assert torch.count_nonzero(chars[2]["SUB.E"]) > 0
+    assert torch.allclose(skip[1]["SUB.h"], chars[1]["SUB.h"]) and torch.allclose(skip[0]["SUB.E"], chars[0]["SUB.E"])
 
 
 def test_inference_lstm_equals_the_packed_nn_lstm():

@@ -380,6 +380,7 @@ class TicketModel:
     def _fingerprint(self) -> str:
         h = hashlib.sha256()
         cfg = {k: v for k, v in self.config.items() if k not in ("version", "packages", "training")}  # reports are not parameters
+        cfg["hyperparameters"] = self.siamese_config.fingerprint_dict()  # a field added later leaves the version
         h.update(json.dumps(cfg, sort_keys=True).encode())
         for name, tensor in sorted(self.net.state_dict().items()):
             h.update(name.encode())
@@ -437,7 +438,7 @@ class TicketModel:
             raise ModelError(f"{cfg_file} has format version {got!r}, this ticketrec reads {FORMAT_VERSION}; "
                              "retrain the model with this version")
         try:
-            sconfig = SiameseConfig.from_dict(config["hyperparameters"])
+            sconfig = SiameseConfig.from_saved(config["hyperparameters"])
             chars = CharVocabulary(config["chars"])
             metric = config["metric"]
         except Exception as exc:

@@ -62,6 +62,7 @@ from ..files import atomic_directory
 from ..lexical.analyzer import tokenize
 from .augment import Augmenter, induce_synonyms
 from .mining import MiningConfig, mine_pairs
+from .saved_config import SavedConfig
 
 FORMAT_VERSION = 1
 ARCH = "char-siamese"
@@ -74,7 +75,7 @@ _WEIGHTS = "weights.pt"
 
 
 @dataclass
-class CharSiameseConfig:
+class CharSiameseConfig(SavedConfig):
     """The hyperparameters of the network and its training (stored in the model's config.json)."""
 
     component: str = "SUB"
@@ -460,7 +461,7 @@ class CharSiamese:
     def version(self) -> str:
         """Fingerprint of the hyperparameters, the alphabet and every weight."""
         if self._version is None:
-            h = hashlib.sha256(json.dumps({"arch": ARCH, "hyperparameters": self.config.to_dict(),
+            h = hashlib.sha256(json.dumps({"arch": ARCH, "hyperparameters": self.config.fingerprint_dict(),
                                            "chars": self.chars}, sort_keys=True).encode())
             for name, tensor in sorted(self._state().items()):
                 h.update(name.encode())
@@ -509,7 +510,7 @@ class CharSiamese:
             raise ModelError(f"the files of {path} do not match the SHA-256 recorded in its config.json "
                              f"({', '.join(differ) or 'no record'}); the model directory is damaged, {retrain}")
         try:
-            hyper = CharSiameseConfig.from_dict(config["hyperparameters"])
+            hyper = CharSiameseConfig.from_saved(config["hyperparameters"])
             chars = str(config["chars"])
             state = torch.load(path / _WEIGHTS, map_location="cpu", weights_only=True)
             net = CharBLSTM(len(chars) + 2, hyper)

@@ -32,6 +32,7 @@ from ..data.records import NO, YES, Query, Ticket
 from ..errors import InputError
 from ..lexical.bm25 import Bm25Scorer
 from .augment import Augmenter
+from .saved_config import SavedConfig
 
 #: The fewest minable tickets label-free training accepts. With the default 15 % held-out slice (at least
 #: `MIN_HELD_OUT` tickets) that leaves ≥ 20 tickets to train on, and each query needs `negatives` (4) other
@@ -46,7 +47,7 @@ _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
 
 
 @dataclass
-class MiningConfig:
+class MiningConfig(SavedConfig):
     """How pairs are mined, and whether they adapt the S encoder (JSON-serialisable; stored with the model's
     training report)."""
 

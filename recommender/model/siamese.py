@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -27,8 +27,9 @@ from ..errors import InputError
 from ..data.records import Query, Ticket
 from ..lexical.analyzer import tokenize, tokenize_clean
 from .extra_channels import CHANNEL_ARCH
+from .saved_config import SavedConfig
 from .sentences import SentenceSplitter
-from .vocab import EOS, Vocabulary
+from .vocab import EOS, UNK_ID, Vocabulary
 
 QUERY_COMPONENTS = ("SUB", "DESC")
 TICKET_COMPONENTS = ("SUB", "DESC", "SOL")
@@ -55,6 +56,14 @@ WIDE_GRID = {
     "C": [0.0, 0.3, 1.0], "V": [0.0, 0.3, 1.0], "bm25": [0.0, 0.3, 1.0],
     "SUB|SUB": [0.3, 0.4], "DESC|DESC": [0.3, 0.4], "SUB|DESC": [0.1, 0.15, 0.2], "SUB|SOL": [0.1], "DESC|SOL": [0.1],
 }
+#: What SumEMB E does with a word outside the vocabulary, whose word2vec half is zeros: "chars" keeps its
+#: char-BiLSTM half (the paper's word input, and every model saved before the choice), "skip" leaves it out.
+#: With "chars" a text made mostly of unknown words is its unknown words' char vectors, at the largest IDF, and two
+#: such texts meet there whatever they say: on SeaMonkey an off-topic query ("printer jammed paper tray", 93 % of
+#: its IDF mass unknown) found a ticket of file paths (86 %) by E alone. "skip" was tried for label-free training
+#: and not kept: it ranked no better and the off-topic best results moved to BM25 (docs/internals.md, "The score
+#: promises").
+E_UNKNOWN = ("chars", "skip")
 _LOG_ZERO = math.log(1e-7)  # log-weights below this are the weight 0
 ML_PAIRS = [["SUB", "SUB", 0.5], ["DESC", "DESC", 0.5]]
 
@@ -64,8 +73,10 @@ def _default_max_len() -> dict:
 
 
 @dataclass
-class SiameseConfig:
+class SiameseConfig(SavedConfig):
     """Every hyperparameter of the model and its training; JSON-serialisable. Each Table 5 row is a preset."""
+
+    ADDED_FIELDS: ClassVar[dict] = {"e_unknown": "chars"}  # `SavedConfig`: models saved before the field
 
     pairs: list = field(default_factory=lambda: [list(p) for p in TABLE2_PAIRS])
     channels: dict = field(default_factory=lambda: dict(TABLE2_CHANNELS))
@@ -80,6 +91,9 @@ class SiameseConfig:
     use_chars: bool = True
     fine_tune_words: bool = False
     e_norm: str = "idf_l2"
+    # words outside the vocabulary in SumEMB E: "chars" (their char-BiLSTM half, the word2vec half being zeros) or
+    # "skip" (left out of E; h still reads them). See `E_UNKNOWN`.
+    e_unknown: str = "chars"
     dropout: float = 0.2
     weights: str = "grid"  # fixed | grid | learn
     weight_lr: float = 0.05
@@ -138,6 +152,8 @@ class SiameseConfig:
             raise InputError("the config gives every channel weight 0; give h, E, T, S (or C, V) a positive weight")
         if self.e_norm not in E_NORMS:
             raise InputError(f"unknown e_norm {self.e_norm!r}; use one of {', '.join(E_NORMS)}")
+        if self.e_unknown not in E_UNKNOWN:
+            raise InputError(f"unknown e_unknown {self.e_unknown!r}; use one of {', '.join(E_UNKNOWN)}")
         if self.weights not in ("fixed", "grid", "learn"):
             raise InputError(f"weights must be fixed, grid or learn, not {self.weights!r}")
         if self.rank_loss < 0 or self.rank_scale <= 0:
@@ -400,6 +416,9 @@ class ReplicatedSiameseLSTM(nn.Module):
         vectors = self.embedder(batch.words) if any(
             wanted(f"{comp}.{c}") for comp in batch.components for c in ("h", "E")) else None
         out: dict[str, torch.Tensor] = {}
+        e_idf = batch.words.idf
+        if self.config.e_unknown == "skip":  # an unknown word's word2vec half is zeros: E leaves it out
+            e_idf = e_idf * (batch.words.vocab_ids != UNK_ID)
         for comp, cb in batch.components.items():
             if "h" in self.channel_names and wanted(f"{comp}.h"):
                 if self.training or torch.is_grad_enabled():
@@ -410,7 +429,7 @@ class ReplicatedSiameseLSTM(nn.Module):
                 else:
                     out[f"{comp}.h"] = lstm_last_state(self.lstms[comp], vectors, cb.index, cb.lengths)
             if "E" in self.channel_names and wanted(f"{comp}.E"):
-                out[f"{comp}.E"] = sum_emb(vectors, cb.index, cb.mask, batch.words.idf, self.config.e_norm)
+                out[f"{comp}.E"] = sum_emb(vectors, cb.index, cb.mask, e_idf, self.config.e_norm)
             for ch in PRECOMPUTED_CHANNELS:
                 key = f"{comp}.{ch}"
                 if ch in self.channel_names and wanted(key):

@@ -573,7 +573,7 @@ def mined_calibration(model: TicketModel, tickets: Sequence[Ticket], kb_scorer: 
     if training.get("mode") != "label-free" or "config" not in (training.get("mining") or {}):
         return {}
     seed = int(model.meta.get("seed", 0))
-    mining = MiningConfig.from_dict(training["mining"]["config"])
+    mining = MiningConfig.from_saved(training["mining"]["config"])
     augmenter = vocabulary_augmenter(model.vocab, model.net.embedder.words.weight.detach().cpu().numpy(), seed)
     try:
         mined = mine_pairs(list(tickets), mining, seed, augmenter)

@@ -63,6 +63,7 @@ from ..data.records import Query, Ticket
 from ..errors import InputError, ModelError
 from ..files import atomic_directory
 from ..lexical.analyzer import tokenize
+from .saved_config import SavedConfig
 from .vocab import EOS_ID, PAD_ID, UNK_ID, Vocabulary
 
 ARCH = "var-siamese"
@@ -78,7 +79,7 @@ _RETRAIN = "retrain it with: ticketrec train --arch var-siamese --out DIR"
 
 
 @dataclass
-class VarSiameseConfig:
+class VarSiameseConfig(SavedConfig):
     """Hyperparameters of the variational Siamese network (stored in the model's config.json)."""
 
     fields: list[str] = field(default_factory=lambda: ["subject", "description"])  # what a text is, query and ticket
@@ -607,7 +608,7 @@ class VarSiamese:
         """Fingerprint of the hyperparameters, vocabulary and every learned number."""
         if self._version is None:
             self._require()
-            head = {"arch": ARCH, "hyperparameters": self.config.to_dict()}
+            head = {"arch": ARCH, "hyperparameters": self.config.fingerprint_dict()}
             h = hashlib.sha256(json.dumps(head, sort_keys=True).encode())
             h.update(json.dumps(self.vocab.tokens).encode())
             for name, tensor in sorted(self.net.state_dict().items()):
@@ -648,7 +649,7 @@ class VarSiamese:
             raise ModelError(f"{cfg_file} has format version {config.get('format_version')!r}, this ticketrec reads "
                              f"{FORMAT_VERSION}; {_RETRAIN}")
         try:
-            hyper = VarSiameseConfig.from_dict(config["hyperparameters"])
+            hyper = VarSiameseConfig.from_saved(config["hyperparameters"])
             files = dict(config["files"])
         except (KeyError, TypeError, InputError) as exc:
             raise ModelError(f"{cfg_file} is incomplete or corrupt ({exc}); {_RETRAIN}") from exc
