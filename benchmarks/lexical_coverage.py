@@ -22,12 +22,13 @@ from score_promises import OFF_TOPIC
 from shared_data import SEAMONKEY, SEAMONKEY_LINKS, seamonkey_links, seamonkey_tickets
 
 
-def self_score(scorer, lengths: np.ndarray, subject: str, description: str) -> float:
-    """bm25 of the query's text against a ticket made of that text, with the knowledge base's statistics."""
+def self_score(scorer, avgdl: float, subject: str, description: str) -> float:
+    """bm25 of the query's text against a ticket made of that text, with the knowledge base's statistics (`avgdl`:
+    its tickets' mean length in tokens)."""
     from recommender.lexical.bm25 import document_terms, idf, query_stems, term_score
 
     freq, length = document_terms(subject, description, "", scorer.weights)
-    norm = scorer.k1 * (1.0 - scorer.b + scorer.b * length / float(np.mean(lengths, dtype=np.float64)))
+    norm = scorer.k1 * (1.0 - scorer.b + scorer.b * length / avgdl)
     n = len(scorer)
     stems = set(query_stems(f"{subject}\n{description}", scorer._df, n, scorer.max_terms))
     return float(sum(term_score(idf(scorer._df(s), n), freq.get(s, 0.0), norm, scorer.k1 + 1.0) for s in stems))
@@ -49,7 +50,7 @@ def main() -> None:
             sys.exit(f"no file at {path}: pass --kb and --links")
     tickets = seamonkey_tickets(args.kb)
     scorer = Bm25Scorer(tickets)
-    lengths = np.array([document_terms(t.subject, t.description, t.solution, scorer.weights)[1] for t in tickets])
+    avgdl = float(np.mean([document_terms(t.subject, t.description, t.solution, scorer.weights)[1] for t in tickets]))
     by_id = {t.id: t for t in tickets}
     best, partner = [], []
     for a, b in seamonkey_links(by_id, args.links):
@@ -57,7 +58,7 @@ def main() -> None:
             q = by_id[query]
             scores = scorer.scores(f"{q.subject}\n{q.description}")
             scores[scorer.row_of[query]] = 0.0
-            own = self_score(scorer, lengths, q.subject, q.description)
+            own = self_score(scorer, avgdl, q.subject, q.description)
             best.append(scores.max() / own)
             partner.append(scores[scorer.row_of[match]] / own)
     print(f"knowledge base {args.kb} ({len(tickets)} tickets), {len(best)} duplicate queries\n")
@@ -67,7 +68,7 @@ def main() -> None:
     print(f"| duplicate queries: partner | {quantiles(partner)} |")
     for subject, description in OFF_TOPIC:
         scores = scorer.scores(f"{subject}\n{description}")
-        print(f"| off-topic \"{subject}\": best ticket | {scores.max() / self_score(scorer, lengths, subject, description):.2f} |")
+        print(f"| off-topic \"{subject}\": best ticket | {scores.max() / self_score(scorer, avgdl, subject, description):.2f} |")
 
 
 if __name__ == "__main__":
