@@ -206,3 +206,12 @@ def test_perturbations_of_the_invariance_tests():
         aug.perturb(text, "shuffle")
     many = aug.perturb("abcdefghij " * 300, "typos", key=3).split()
     assert 0.93 < sum(map(len, many)) / 3000 < 0.97  # 5 % of the characters deleted (20 % substituted: `typo`)
+
+
+def test_a_mining_record_saved_before_template_lines_reads_as_without_them():
+    """`MiningConfig.template_share` came later: a model's saved record without it re-mines as it was trained."""
+    assert MiningConfig.from_saved({}).template_share == 0.0 == MiningConfig().template_share  # an option, off
+    assert "template_share" not in MiningConfig.from_saved({}).fingerprint_dict()
+    assert MiningConfig.from_saved({"template_share": 0.01}).fingerprint_dict()["template_share"] == 0.01
+    with pytest.raises(InputError, match="template_share"):
+        MiningConfig(template_share=1.0)

@@ -399,6 +399,47 @@ def test_pairs_against_a_field_no_ticket_fills_weigh_nothing():
     assert any("weight 0 for the pairs against a field no ticket fills: SUB-SOL, DESC-SOL" in line for line in lines)
 
 
+def test_template_lines_are_learnt_and_left_out_of_everything_the_model_reads(tmp_path):
+    """With `template_share` (an option), a form's lines in every description (a header, a user-agent string whose
+    numbers vary) are learnt from the knowledge base; the model reads a ticket as if they were not there, the saved
+    model keeps them, and a knowledge base without such lines gives a model without a record (as by default)."""
+    from recommender.model.siamese import SiameseConfig
+    from recommender.model.template_lines import line_key
+
+    data = generate(n_tickets=60, n_queries=0, seed=2)
+    form = "Steps to reproduce:\n{}\nUser Agent: Mozilla/5.0 (X11; rv:{}.0) Gecko/20100101"
+    tickets = [dataclasses.replace(t, description=form.format(t.description, 60 + i % 9))
+               for i, t in enumerate(data.tickets)]
+    lines = []
+    config = SiameseConfig().replace(**dict(TINY, epochs=1))
+    model = train_without_labels(tickets, config, tmp_path / "M", mining=MiningConfig(template_share=0.01),
+                                 progress=False, echo=lines.append)
+    learnt = model.meta["template_lines"]["lines"]["description"]
+    assert learnt == sorted([line_key("Steps to reproduce:"), line_key("User Agent: Mozilla/5.0 (X11; rv:1.0) Gecko/1")])
+    assert any(line.startswith("template lines: 2 lines recur in at least 1 % of the tickets") for line in lines)
+    assert model.meta["training"]["mining"]["config"]["template_share"] == 0.01
+
+    plain = [dataclasses.replace(t, description=d.description) for t, d in zip(tickets, data.tickets)]
+    with_form, without = model.encode_tickets(tickets[:5]), model.encode_tickets(plain[:5])
+    assert with_form.keys() == without.keys()
+    for key in with_form:
+        np.testing.assert_array_equal(with_form[key], without[key])
+    query = Query(tickets[0].subject, tickets[0].description)
+    np.testing.assert_array_equal(model.score_pairs([query], [tickets[0]]),
+                                  model.score_pairs([Query(plain[0].subject, plain[0].description)], [plain[0]]))
+
+    loaded = TicketModel.load(tmp_path / "M")
+    assert loaded.version == model.version and loaded.template_lines == model.template_lines
+    np.testing.assert_array_equal(loaded.encode_tickets(tickets[:5])[key], with_form[key])
+
+    no_form = train_without_labels(data.tickets, config, None, mining=MiningConfig(template_share=0.01),
+                                   progress=False, echo=lambda _: None)
+    assert "template_lines" not in no_form.meta and no_form.template_lines is None
+    off = train_without_labels(tickets, config, None, progress=False, echo=lambda _: None)  # the default: off
+    assert off.template_lines is None
+    assert not np.array_equal(off.encode_tickets(tickets[:5])[key], off.encode_tickets(plain[:5])[key])
+
+
 def test_too_few_tickets_is_a_clear_error_before_any_training():
     tickets = [Ticket(f"t{i}", f"pump fault {i}", "The pump trips after start.", "") for i in range(MIN_TICKETS - 1)]
     with pytest.raises(InputError, match=f"at least {MIN_TICKETS} tickets"):

@@ -37,6 +37,7 @@ from ..data.records import Query, Ticket
 from .siamese import MERGED, Featurizer, ReplicatedSiameseLSTM, SiameseConfig
 from ..lexical.analyzer import STOP_WORDS, NUMBER_TOKEN
 from .sentences import SentenceSplitter
+from .template_lines import TemplateLines
 from .vocab import RESERVED, Vocabulary
 
 FORMAT_VERSION = 1
@@ -125,6 +126,8 @@ class TicketModel:
         self.topic_model = topic_model
         self.topic_vocab = topic_vocab
         self.meta = dict(meta or {})
+        #: the knowledge base's template lines, left out of every text the model reads (None: nothing left out)
+        self.template_lines = TemplateLines.from_dict(self.meta.get("template_lines"))
         self.featurizer = Featurizer(config, vocab, chars, splitter)
         #: where an adapted S encoder's files are (meta["sentence_encoder"] records their SHA-256), else None
         self.sentence_encoder_dir: Path | None = None
@@ -190,7 +193,7 @@ class TicketModel:
         change the weights (training, weight selection).
         """
         make = self.featurizer.query_tokens if side == "query" else self.featurizer.ticket_tokens
-        items = [bounded(x) for x in items]  # bounded work and memory whatever the text (MAX_TEXT_CHARS)
+        items = [self.model_input(x) for x in items]
         tokens = [make(x) for x in tqdm(items, desc=f"tokenising {side}s", disable=not progress, leave=False)]
         extras: dict[str, np.ndarray] = {}
         comps = list(tokens[0].keys()) if tokens else (
@@ -232,7 +235,13 @@ class TicketModel:
         key = self.topic_key()
         if key is None:
             raise ModelError("this model has no topic channel T")
-        return self._topic_vectors([self.featurizer.query_tokens(bounded(query))[key.split(".")[0]]])[0]
+        return self._topic_vectors([self.featurizer.query_tokens(self.model_input(query))[key.split(".")[0]]])[0]
+
+    def model_input(self, item: Query | Ticket) -> Query | Ticket:
+        """`item` as every learned channel reads it: bounded (MAX_TEXT_CHARS: bounded work and memory whatever the
+        text) and without the knowledge base's template lines (`template_lines`)."""
+        item = bounded(item)
+        return item if self.template_lines is None else self.template_lines.strip(item)
 
     def served_keys(self, side: str) -> set[str]:
         """The vectors serving stores (tickets, in the index) and computes (queries): those the metric weighs above

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..data.records import Ticket
+from ..data.records import Query, Ticket
 from .bundle import TicketModel
 from .char_siamese import component_text
 from .judged import JudgedQueries, paired_gain
@@ -62,9 +62,11 @@ def adapt_on_feedback(model: TicketModel, judged: JudgedQueries, knowledge_base:
     if not serves_s(model) or len(judged) < MIN_ADAPT_QUERIES:
         return model, None
     base = model.sentence_encoder().model  # the model's own S, on torch: fine-tuning starts here
-    judgements = [(query_text(q), component_text(judged.kb[int(judged.ranked[t])], "SUB+DESC+SOL"))
+    read = model.model_input  # the texts as the model reads them (without template lines)
+    judgements = [(query_text(read(q)), component_text(read(judged.kb[int(judged.ranked[t])]), "SUB+DESC+SOL"))
                   for q, t in zip(judged.queries, judged.truth)]
-    mined = _mined_pairs(knowledge_base, seed)
+    mined = [(query_text(read(q)), component_text(read(v), "SUB+DESC+SOL"))
+             for q, v in _mined_splits(knowledge_base, seed)]
     spec = model.metric_spec()
     current = judged.ranked_slice(model, progress).reciprocal_ranks(spec)
     fold = judged.folds(ADAPT_FOLDS, np.random.default_rng(seed + 6))
@@ -109,16 +111,15 @@ def _with_encoder(model: TicketModel, directory: Path, files: dict[str, str], ex
     return tuned
 
 
-def _mined_pairs(tickets: Sequence[Ticket], seed: int) -> list[tuple[str, str]]:
-    """Up to `FEEDBACK_MINED_PAIRS` (query, rest of the ticket) pairs from a seeded sample of `tickets`."""
+def _mined_splits(tickets: Sequence[Ticket], seed: int) -> list[tuple[Query, Ticket]]:
+    """Up to `FEEDBACK_MINED_PAIRS` (query, rest of the ticket) splits of a seeded sample of `tickets`."""
     prefix_words = MiningConfig().prefix_words
     rng = np.random.default_rng(seed + 7)
     pairs = []
     for i in rng.permutation(len(tickets)):
         split = split_ticket(tickets[int(i)], prefix_words)
         if split is not None:
-            query, view = split
-            pairs.append((query_text(query), component_text(view, "SUB+DESC+SOL")))
+            pairs.append(split)
             if len(pairs) == FEEDBACK_MINED_PAIRS:
                 break
     return pairs

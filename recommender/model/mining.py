@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 
@@ -74,6 +74,12 @@ class MiningConfig(SavedConfig):
     adapt_pretrained: bool = True
     adapt_pairs: int = 2000
     adapt_epochs: int = 1
+    # lines of a field that recur in at least this share of the tickets beside other lines (forms, user agents,
+    # signatures) are left out of what the learned channels read (`template_lines.py`); 0: none. An option
+    # (e.g. 0.01), not the default: tried on 2026-11-27 and not kept (docs/internals.md, "Template lines")
+    template_share: float = 0.0
+
+    ADDED_FIELDS: ClassVar[dict] = {"template_share": 0.0}  # `SavedConfig`: models trained before the field
 
     def __post_init__(self):
         if self.negatives < 1:
@@ -83,6 +89,8 @@ class MiningConfig(SavedConfig):
             raise InputError(f"hard_share must be within [0, 1], not {self.hard_share}")
         if not 0.0 < self.held_out < 0.5:
             raise InputError(f"held_out must be within (0, 0.5), not {self.held_out}")
+        if not 0.0 <= self.template_share < 1.0:
+            raise InputError(f"template_share must be within [0, 1), not {self.template_share}")
         if (self.prefix_words < 0 or self.held_out_prefix_words < 0 or self.augmented < 0 or self.labelled_weight < 1
                 or self.hard_pool < 1 or self.adapt_pairs < 2 or self.adapt_epochs < 1):
             raise InputError("prefix_words, held_out_prefix_words and augmented must be ≥ 0, labelled_weight, hard_pool "

@@ -150,7 +150,7 @@ def fit_static_encoder(model, tickets: Sequence[Ticket], seed: int = 0, progress
     if not runs_static(model):
         return None
     record = model.s_channel
-    texts = fit_texts(tickets, seed)
+    texts = fit_texts([model.model_input(t) for t in tickets], seed)  # as the model reads them
     if len(texts) < MIN_TEXTS:
         return None
     static = model.sentence_encoder()

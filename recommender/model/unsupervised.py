@@ -42,6 +42,7 @@ from .augment import Augmenter, induce_synonyms
 from .bundle import Prepared, TicketModel, _package_versions
 from .calibration import Calibrator
 from .mining import MinedPairs, MiningConfig, mine_pairs, require_minable
+from .template_lines import TemplateLines
 from .adaptation import keep_saved_encoder
 from .static_fit import fit_static_encoder, runs_static
 from .siamese import MERGED, TABLE2_PAIRS, ReplicatedSiameseLSTM, SiameseConfig
@@ -137,7 +138,7 @@ def oov_rate(model: TicketModel, tickets: Sequence[Ticket]) -> dict:
     has_vector = np.abs(vectors).sum(1) > 0
     total = missing = 0
     for t in tickets:
-        comps = model.featurizer.ticket_tokens(t)
+        comps = model.featurizer.ticket_tokens(model.model_input(t))
         for name, comp in comps.items():
             if name == MERGED and len(comps) > 1:  # the merged text repeats the other components' words
                 continue
@@ -618,16 +619,17 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
     rows = sorted(clean_queries)
     if len(rows) > mining.adapt_pairs:
         rows = sorted(rng.choice(rows, mining.adapt_pairs, replace=False).tolist())
-    anchors = [query_text(clean_queries[r]) for r in rows]
-    positives = [_view_text(mined.views[r]) for r in rows]
+    read = model.model_input  # the texts as the model reads them (without template lines)
+    anchors = [query_text(read(clean_queries[r])) for r in rows]
+    positives = [_view_text(read(mined.views[r])) for r in rows]
     directory = scratch_directory()
     files = adapt(anchors, positives, directory, seed=seed, epochs=mining.adapt_epochs, progress=progress)
 
     truth = mined.held_out_truth
     ranked = ranked_rows(len(mined.views), truth, rng)
     own = np.searchsorted(ranked, truth)
-    texts = [_view_text(mined.views[int(r)]) for r in ranked]
-    queries = [query_text(q) for q in mined.held_out_queries]
+    texts = [_view_text(read(mined.views[int(r)])) for r in ranked]
+    queries = [query_text(read(q)) for q in mined.held_out_queries]
     figures = {}
     backend = selected()[1]
     if backend == "static":  # static vectors are fitted to the (adapted) transformer afterwards: judge that one
@@ -688,6 +690,14 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     net = ReplicatedSiameseLSTM(config, vectors, len(chars))
     meta = {"data_fingerprint": dataset_fingerprint(Dataset(tickets), labelled), "seed": seed,
             "word_vectors": w2v_source, "packages": _package_versions(), "kb_text": "the knowledge base's tickets"}
+    if mining.template_share > 0:
+        template = TemplateLines.learn(tickets, mining.template_share)
+        if len(template):
+            meta["template_lines"] = template.to_dict()
+        echo(f"template lines: {len(template):,} lines recur in at least {100 * mining.template_share:g} % of the "
+             "tickets that fill their field, beside other lines (" + ", ".join(
+                 f"{name} {len(lines):,}" for name, lines in template.lines.items())
+             + "); the learned channels leave them out, BM25 reads them")
     model = TicketModel(config, vocab, chars, splitter, net, None, topic_model, topic_vocab, meta,
                         channel_encoders=channel_encoders)
     oov = oov_rate(model, tickets)
