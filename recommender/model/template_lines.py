@@ -20,6 +20,9 @@ from typing import Sequence
 
 #: The fields whose template lines are learnt (the attribute of a Ticket / Query), each on its own.
 FIELDS = ("description", "solution")
+#: The defaults: a line is a template line when it recurs in at least this share of the texts, and this many of them.
+MIN_SHARE = 0.01
+MIN_TICKETS = 5
 
 _DIGITS = re.compile(r"\d+")
 _SPACE = re.compile(r"\s+")
@@ -34,7 +37,8 @@ def _line_keys(text: str) -> set[str]:
     return {key for line in text.splitlines() if (key := line_key(line))}
 
 
-def learn_template_lines(texts: Sequence[str], min_share: float = 0.01, min_tickets: int = 5) -> list[str]:
+def learn_template_lines(texts: Sequence[str], min_share: float = MIN_SHARE,
+                         min_tickets: int = MIN_TICKETS) -> list[str]:
     """The template lines (their `line_key`s, sorted) of one field's `texts`, one text per ticket (empty when the
     ticket leaves the field empty): keys found in at least max(`min_tickets`, `min_share` × the non-empty texts) of the
     texts that have another line too."""
@@ -62,11 +66,11 @@ class TemplateLines:
     """The template lines of each field (`FIELDS`), as saved in a model's config (`to_dict` / `from_dict`)."""
 
     lines: dict[str, frozenset[str]]
-    min_share: float = 0.01
-    min_tickets: int = 5
+    min_share: float = MIN_SHARE
+    min_tickets: int = MIN_TICKETS
 
     @classmethod
-    def learn(cls, tickets: Sequence, min_share: float = 0.01, min_tickets: int = 5) -> "TemplateLines":
+    def learn(cls, tickets: Sequence, min_share: float = MIN_SHARE, min_tickets: int = MIN_TICKETS) -> "TemplateLines":
         """Learn each field's template lines from the knowledge base's `tickets`."""
         return cls({name: frozenset(learn_template_lines([getattr(t, name, "") or "" for t in tickets], min_share,
                                                          min_tickets)) for name in FIELDS}, min_share, min_tickets)
@@ -95,4 +99,4 @@ class TemplateLines:
         if not data:
             return None
         return cls({name: frozenset(data.get("lines", {}).get(name, ())) for name in FIELDS},
-                   float(data.get("min_share", 0.01)), int(data.get("min_tickets", 5)))
+                   float(data.get("min_share", MIN_SHARE)), int(data.get("min_tickets", MIN_TICKETS)))
