@@ -30,8 +30,9 @@ def self_score(scorer, avgdl: float, subject: str, description: str) -> float:
     freq, length = document_terms(subject, description, "", scorer.weights)
     norm = scorer.k1 * (1.0 - scorer.b + scorer.b * length / avgdl)
     n = len(scorer)
-    stems = set(query_stems(f"{subject}\n{description}", scorer._df, n, scorer.max_terms))
-    return float(sum(term_score(idf(scorer._df(s), n), freq.get(s, 0.0), norm, scorer.k1 + 1.0) for s in stems))
+    df = scorer.document_frequency
+    stems = set(query_stems(f"{subject}\n{description}", df, n, scorer.max_terms))
+    return float(sum(term_score(idf(df(s), n), freq.get(s, 0.0), norm, scorer.k1 + 1.0) for s in stems))
 
 
 def quantiles(values, qs=(0.05, 0.25, 0.5, 0.75)) -> str:

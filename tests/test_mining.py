@@ -86,6 +86,24 @@ def test_hard_negatives_share_words_random_ones_need_not(kb):
         assert len(set(negs.tolist()) & top) >= 3
 
 
+def test_each_training_query_records_its_hardest_negative(kb):
+    """`train_hard[i]`: the hard negative of training query i with the highest BM25; -1 without hard negatives."""
+    from recommender.lexical.bm25 import Bm25Scorer
+
+    aug = Augmenter({"valve": ["damper"]}, ["noise"], seed=1)
+    mined = mine_pairs(kb, MiningConfig(negatives=4, hard_share=0.5), seed=0, augmenter=aug)
+    assert len(mined.train_hard) == len(mined.train_queries) and (mined.train_hard >= 0).all()
+    scorer = Bm25Scorer(mined.views)
+    for qi, query in enumerate(mined.train_queries):
+        negatives = mined.train_t[(mined.train_q == qi) & (mined.train_y == NO)]
+        hardest = int(mined.train_hard[qi])
+        assert hardest == negatives[0] and hardest in negatives  # mined first, among its NO pairs
+        scores = scorer.scores(f"{query.subject}\n{query.description}")
+        assert scores[hardest] > 0 and scores[hardest] >= scores[negatives[1]]  # the other hard one is below
+    none = mine_pairs(kb, MiningConfig(negatives=4, hard_share=0.0), seed=0)
+    assert (none.train_hard == -1).all()
+
+
 def test_held_out_slice_is_by_ticket_and_augmented_copies_only_in_training(kb):
     aug = Augmenter({}, ["noise", "extra"], seed=0, typo_words=0.5, extra_words=0.5)
     mined = mine_pairs(kb, MiningConfig(held_out=0.2, augmented=1), seed=0, augmenter=aug)
@@ -215,3 +233,10 @@ def test_a_mining_record_saved_before_template_lines_reads_as_without_them():
     assert MiningConfig.from_saved({"template_share": 0.01}).fingerprint_dict()["template_share"] == 0.01
     with pytest.raises(InputError, match="template_share"):
         MiningConfig(template_share=1.0)
+
+
+def test_a_mining_record_saved_before_hard_negatives_in_the_adaptation_reads_as_without_them():
+    """`MiningConfig.adapt_hard_negatives` came later, an option that is off: old records read as without it."""
+    assert MiningConfig.from_saved({}).adapt_hard_negatives is False is MiningConfig().adapt_hard_negatives
+    assert "adapt_hard_negatives" not in MiningConfig.from_saved({}).fingerprint_dict()
+    assert MiningConfig.from_dict({"adapt_hard_negatives": True}).adapt_hard_negatives is True

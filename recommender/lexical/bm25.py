@@ -172,7 +172,8 @@ class Bm25Scorer:
         return {"backend": "memory", "k1": self.k1, "b": self.b, "weights": dict(zip(FIELDS, self.weights)),
                 "max_terms": self.max_terms, "tokenizer": "unicode61-like + porter (stop words dropped)"}
 
-    def _df(self, stem: str) -> int:
+    def document_frequency(self, stem: str) -> int:
+        """How many of the tickets hold `stem` (a Porter stem, as `query_stems` gives them)."""
         rows = self._rows.get(stem)
         return 0 if rows is None else len(rows)
 
@@ -181,7 +182,7 @@ class Bm25Scorer:
         n = len(self.ids)
         acc = np.zeros(n, dtype=np.float64)
         k1p1 = self.k1 + 1.0
-        for stem in query_stems(query_text, self._df, n, self.max_terms):
+        for stem in query_stems(query_text, self.document_frequency, n, self.max_terms):
             rows = self._rows.get(stem)
             if rows is None:
                 continue

@@ -36,13 +36,15 @@ def load_adapted(model_dir: Path, files: dict[str, str], backend: str | None = N
     return load_encoder(model_dir, files, backend or selected()[1], name="adapted to the knowledge base")
 
 
-def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, base=None, seed: int = 0,
-          epochs: int = 1, batch_size: int = 32, lr: float = 2e-5, max_seq_length: int = 128,
-          progress: bool = False) -> dict[str, str]:
+def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, negatives: Sequence[str] | None = None,
+          base=None, seed: int = 0, epochs: int = 1, batch_size: int = 32, lr: float = 2e-5,
+          max_seq_length: int = 128, progress: bool = False) -> dict[str, str]:
     """Fine-tune a copy of `base` (a SentenceTransformer; None: the encoder new models use, the packaged one unless
     `--encoder DIR` chose another) on (anchor, positive) pairs with MultipleNegativesRankingLoss (in-batch negatives;
-    give each positive once, or a batch holds false negatives); save it into the directory `out` (e.g. a
-    `scratch_directory`). Returns its files' checksums. Deterministic for a seed on one thread."""
+    give each positive once, or a batch holds false negatives); with `negatives`, one per pair, on (anchor, positive,
+    negative) triplets, each anchor then ranked against every positive and negative of its batch; save it into the
+    directory `out` (e.g. a `scratch_directory`). Returns its files' checksums. Deterministic for a seed on one
+    thread."""
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     base = get_encoder().model if base is None else base
@@ -52,7 +54,13 @@ def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    pairs = [(clean(a), clean(p)) for a, p in zip(anchors, positives) if clean(a) and clean(p)]
+    if negatives is not None and len(negatives) != len(anchors):
+        raise ModelError(f"adapting the sentence encoder needs one negative per pair: {len(negatives)} for "
+                         f"{len(anchors)} pairs")
+    # (anchor, positive, negative or None); a pair with an empty side is left out
+    pairs = [(clean(a), clean(p), None if n is None else clean(n))
+             for a, p, n in zip(anchors, positives, negatives if negatives is not None else [None] * len(anchors))
+             if clean(a) and clean(p) and (n is None or clean(n))]
     if len(pairs) < 2:
         raise ModelError("adapting the sentence encoder needs at least 2 mined pairs with text on both sides")
     steps = [order for _ in range(epochs) for order in np.array_split(rng.permutation(len(pairs)),
@@ -61,7 +69,8 @@ def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, 
     for batch in tqdm(steps, desc="adapting the sentence encoder", disable=not progress, leave=False):
         if len(batch) < 2:
             continue
-        features = [model.preprocess([pairs[i][0] for i in batch]), model.preprocess([pairs[i][1] for i in batch])]
+        columns = 2 if negatives is None else 3
+        features = [model.preprocess([pairs[i][c] for i in batch]) for c in range(columns)]
         value = loss(features, None)
         optimizer.zero_grad()
         value.backward()

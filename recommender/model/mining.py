@@ -23,7 +23,7 @@ Labelled pairs, when a help desk has some, are added to the mined pairs (`unsupe
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar, Sequence
 
 import numpy as np
@@ -74,12 +74,17 @@ class MiningConfig(SavedConfig):
     adapt_pretrained: bool = True
     adapt_pairs: int = 2000
     adapt_epochs: int = 1
+    # each adaptation pair with a third text, its query's hardest mined negative (a training ticket's view), as the
+    # triplets of MultipleNegativesRankingLoss. An option, not the default: tried on 2026-11-27 and not kept
+    # (docs/internals.md, "Learning without labels", step 3)
+    adapt_hard_negatives: bool = False
     # lines of a field that recur in at least this share of the tickets beside other lines (forms, user agents,
     # signatures) are left out of what the learned channels read (`template_lines.py`); 0: none. An option
     # (e.g. 0.01), not the default: tried on 2026-11-27 and not kept (docs/internals.md, "Template lines")
     template_share: float = 0.0
 
-    ADDED_FIELDS: ClassVar[dict] = {"template_share": 0.0}  # `SavedConfig`: models trained before the field
+    ADDED_FIELDS: ClassVar[dict] = {"template_share": 0.0,  # `SavedConfig`: models trained before the fields
+                                    "adapt_hard_negatives": False}
 
     def __post_init__(self):
         if self.negatives < 1:
@@ -118,6 +123,8 @@ class MinedPairs:
     `full_views[r]` is `views[r]` with its ticket's subject; `paraphrase_queries[i]` (a held-out ticket's subject
     paraphrased, its description prefix) must find row `paraphrase_truth[i]` of `full_views` (empty without an
     augmenter or with `held_out_paraphrases` off). `originals[r]` is the ticket whose view is `views[r]`.
+    `train_hard[i]` is the row in `views` of training query i's hardest negative (of the hard ones mined for it, the
+    one of highest BM25), -1 when it has none.
     """
 
     views: list[Ticket]
@@ -135,6 +142,7 @@ class MinedPairs:
     paraphrase_queries: list[Query]
     paraphrase_truth: np.ndarray
     originals: list[Ticket]
+    train_hard: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def split_ticket(ticket: Ticket, prefix_words: int) -> tuple[Query, Ticket] | None:
@@ -203,7 +211,9 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
     scorer = Bm25Scorer(views)
     n_hard = int(round(config.negatives * config.hard_share))
 
-    def negatives(text: str, own: int) -> list[int]:
+    def negatives(text: str, own: int) -> tuple[list[int], int]:
+        """`config.negatives` rows for a query of row `own`, the hard ones first (highest BM25 first), and how many
+        of them are hard."""
         chosen: list[int] = []
         if n_hard:
             rows, _ = scorer.top_k(text, config.hard_pool + 1)
@@ -211,14 +221,16 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
             if pool:
                 chosen = [pool[i] for i in sorted(rng.choice(len(pool), min(n_hard, len(pool)), replace=False))]
         others = np.setdiff1d(np.arange(n), np.array(chosen + [own], dtype=np.int64), assume_unique=False)
-        want = config.negatives - len(chosen)  # random ones fill in when too few tickets share a word
+        hard = len(chosen)
+        want = config.negatives - hard  # random ones fill in when too few tickets share a word
         chosen += [int(r) for r in rng.choice(others, min(want, len(others)), replace=False)]
-        return chosen
+        return chosen, hard
 
     sides = {"train": ([], [], [], []), "held": ([], [], [], [])}
     truth: list[int] = []
     paraphrases: list[Query] = []
     paraphrase_truth: list[int] = []
+    train_hard: list[int] = []
     n_augmented = 0
     for i, query in enumerate(base_queries):
         key = "held" if held[i] else "train"
@@ -239,7 +251,10 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
                 if paraphrase is not None:
                     paraphrases.append(paraphrase)
                     paraphrase_truth.append(i)
-            for row, label in [(i, YES)] + [(r, NO) for r in negatives(f"{variant.subject}\n{variant.description}", i)]:
+            rows, hard = negatives(f"{variant.subject}\n{variant.description}", i)
+            if key == "train":
+                train_hard.append(rows[0] if hard else -1)
+            for row, label in [(i, YES)] + [(r, NO) for r in rows]:
                 q.append(qi)
                 t.append(row)
                 y.append(label)
@@ -255,7 +270,7 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
              "config": config.to_dict()}
     full_views = [Ticket(view.id, t.subject, view.description, view.solution) for (t, _), view in zip(usable, views)]
     return MinedPairs(views, *arr["train"], *arr["held"], np.array(truth, np.int64), stats, full_views, paraphrases,
-                      np.array(paraphrase_truth, np.int64), [t for t, _ in usable])
+                      np.array(paraphrase_truth, np.int64), [t for t, _ in usable], np.array(train_hard, np.int64))
 
 
 def _paraphrase(query: Query, augmenter: Augmenter | None) -> Query | None:

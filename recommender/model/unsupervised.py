@@ -601,29 +601,57 @@ def _view_text(view: Ticket) -> str:
     return "\n".join(part for part in (view.description, view.solution) if part)
 
 
+def adaptation_negatives(mined: MinedPairs, pairs: Sequence[tuple[int, int]], seed: int) -> tuple[list[int], int]:
+    """A negative view row for each adaptation pair (training query index, its own view row): the query's hardest
+    mined negative (`MinedPairs.train_hard`) when that is a training ticket's view, else a random training ticket's
+    view (seeded); never a held-out ticket's, which judge the adapted encoder, nor its own. Returns the rows and how
+    many of them are hard."""
+    held = set(mined.held_out_truth.tolist())
+    training_rows = [r for r in range(len(mined.views)) if r not in held]
+    if len(training_rows) < 2:
+        raise InputError("hard negatives for the adaptation need at least 2 training tickets")
+    rng = np.random.default_rng(seed + 11)
+    rows, hard = [], 0
+    for qi, own in pairs:
+        row = int(mined.train_hard[qi]) if qi < len(mined.train_hard) else -1
+        if row >= 0 and row != own and row not in held:
+            hard += 1
+        else:
+            row = own
+            while row == own:
+                row = training_rows[int(rng.integers(len(training_rows)))]
+        rows.append(row)
+    return rows, hard
+
+
 def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: MiningConfig, seed: int,
                            progress: bool) -> dict:
     """Fine-tune S on the training tickets' (query, own view) pairs (`adaptation.adapt`); keep it in `model` (meta
     "sentence_encoder" and `sentence_encoder_dir`) only when its held-out MRR@10 (query text against every view's
     text, cosine) beats the packaged encoder's, both on the model's backend (on ONNX int8 for the static backend,
-    whose vectors are then fitted to the encoder kept). Returns both figures and the decision."""
+    whose vectors are then fitted to the encoder kept). With `mining.adapt_hard_negatives` each pair also has a
+    negative (`adaptation_negatives`). Returns both figures and the decision."""
     from .adaptation import adapt, discard, load_adapted, scratch_directory
     from .pretrained import get_encoder, selected
 
     rng = np.random.default_rng(seed + 3)
-    clean_queries = {}
+    clean_queries: dict[int, int] = {}  # view row → the index of its own (not augmented) training query
     for qi, ti, y in zip(mined.train_q, mined.train_t, mined.train_y):
-        query = mined.train_queries[int(qi)]
-        if y == YES and ":aug" not in (query.id or ""):
-            clean_queries.setdefault(int(ti), query)
+        if y == YES and ":aug" not in (mined.train_queries[int(qi)].id or ""):
+            clean_queries.setdefault(int(ti), int(qi))
     rows = sorted(clean_queries)
     if len(rows) > mining.adapt_pairs:
         rows = sorted(rng.choice(rows, mining.adapt_pairs, replace=False).tolist())
     read = model.model_input  # the texts as the model reads them (without template lines)
-    anchors = [query_text(read(clean_queries[r])) for r in rows]
+    anchors = [query_text(read(mined.train_queries[clean_queries[r]])) for r in rows]
     positives = [_view_text(read(mined.views[r])) for r in rows]
+    negatives, hard = None, 0
+    if mining.adapt_hard_negatives:
+        negative_rows, hard = adaptation_negatives(mined, [(clean_queries[r], r) for r in rows], seed)
+        negatives = [_view_text(read(mined.views[r])) for r in negative_rows]
     directory = scratch_directory()
-    files = adapt(anchors, positives, directory, seed=seed, epochs=mining.adapt_epochs, progress=progress)
+    files = adapt(anchors, positives, directory, negatives=negatives, seed=seed, epochs=mining.adapt_epochs,
+                  progress=progress)
 
     truth = mined.held_out_truth
     ranked = ranked_rows(len(mined.views), truth, rng)
@@ -644,7 +672,7 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
         model.sentence_encoder_dir = directory  # until the model is saved (`keep_saved_encoder`)
     else:
         discard(directory)
-    return {**figures, "kept": kept, "pairs": len(anchors)}
+    return {**figures, "kept": kept, "pairs": len(anchors), **({"hard_negatives": hard} if negatives else {})}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -722,7 +750,9 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         with stages("adapting the sentence encoder S to the knowledge base"):
             adapted = adapt_sentence_encoder(model, mined, mining, seed, progress)
         echo(f"sentence encoder S: held-out MRR@{MRR_K} {adapted['base']:.3f} packaged, {adapted['adapted']:.3f} "
-             f"adapted on {adapted['pairs']:,} mined pairs: {'kept' if adapted['kept'] else 'not kept'}")
+             f"adapted on {adapted['pairs']:,} mined pairs"
+             + (f" ({adapted['hard_negatives']:,} with a hard negative)" if "hard_negatives" in adapted else "")
+             + f": {'kept' if adapted['kept'] else 'not kept'}")
     static_fit = None
     if runs_static(model):
         with stages("fitting the static S vectors to the knowledge base"):
