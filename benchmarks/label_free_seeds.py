@@ -17,7 +17,7 @@ the held-out MRR@10 of S packaged and adapted (when the model has S).
 
 `--mining` overrides fields of `MiningConfig` (a recipe change that is an option). Models, reports and logs stay in
 `--workdir` (default: a new temporary directory, kept); a seed whose model is there already is evaluated, not
-trained again.
+trained again (refused when it was trained with other options).
 """
 from __future__ import annotations
 
@@ -95,11 +95,26 @@ def run_logged(command: list[str], env: dict, log: Path) -> None:
         raise SystemExit(f"{' '.join(command[:4])} … failed (exit {code}): see {log}")
 
 
+def require_trained_as_asked(model: Path, mining: dict, pretrained: bool) -> None:
+    """SystemExit when the model already in the work directory was trained with other mining options or channels
+    than those asked for (it would be evaluated in their place)."""
+    from recommender.model.mining import MiningConfig
+
+    config = json.loads((model / "config.json").read_text())
+    saved = MiningConfig.from_saved(config["training"]["mining"]["config"])
+    with_s = "S" in config["hyperparameters"]["channels"]
+    if saved.to_dict() != MiningConfig.from_dict(mining).to_dict() or with_s != pretrained:
+        raise SystemExit(f"{model} was trained with other options (mining {saved.to_dict()}, S {with_s}); "
+                         "give another --workdir")
+
+
 def run_seed(args, seed: int, workdir: Path) -> dict:
     """Train (in a child process, one per seed) and evaluate one seed; its figures."""
     model = workdir / f"seed-{seed}"
     env = dict(os.environ, TICKETREC_HOME=str(workdir / "home"), TICKETREC_BROKER_URL="")
-    if not (model / "config.json").exists():
+    if (model / "config.json").exists():
+        require_trained_as_asked(model, json.loads(args.mining), not args.no_pretrained)
+    else:
         child = [sys.executable, str(Path(__file__).resolve()), "--kb", args.kb, "--train-one", str(seed),
                  "--workdir", str(workdir), "--mining", args.mining]
         child += ["--no-pretrained"] if args.no_pretrained else []
