@@ -23,7 +23,7 @@ Labelled pairs, when a help desk has some, are added to the mined pairs (`unsupe
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import ClassVar, Sequence
 
 import numpy as np
@@ -142,7 +142,7 @@ class MinedPairs:
     paraphrase_queries: list[Query]
     paraphrase_truth: np.ndarray
     originals: list[Ticket]
-    train_hard: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    train_hard: np.ndarray
 
 
 def split_ticket(ticket: Ticket, prefix_words: int) -> tuple[Query, Ticket] | None:

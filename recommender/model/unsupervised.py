@@ -613,7 +613,7 @@ def adaptation_negatives(mined: MinedPairs, pairs: Sequence[tuple[int, int]], se
     rng = np.random.default_rng(seed + 11)
     rows, hard = [], 0
     for qi, own in pairs:
-        row = int(mined.train_hard[qi]) if qi < len(mined.train_hard) else -1
+        row = int(mined.train_hard[qi])
         if row >= 0 and row != own and row not in held:
             hard += 1
         else:
