@@ -108,12 +108,12 @@ def require_trained_as_asked(model: Path, mining: dict, pretrained: bool) -> Non
                          "give another --workdir")
 
 
-def run_seed(args, seed: int, workdir: Path) -> dict:
-    """Train (in a child process, one per seed) and evaluate one seed; its figures."""
+def run_seed(args, mining: dict, seed: int, workdir: Path) -> dict:
+    """Train (in a child process, one per seed) and evaluate one seed (`mining`: `--mining`, parsed); its figures."""
     model = workdir / f"seed-{seed}"
     env = dict(os.environ, TICKETREC_HOME=str(workdir / "home"), TICKETREC_BROKER_URL="")
     if (model / "config.json").exists():
-        require_trained_as_asked(model, json.loads(args.mining), not args.no_pretrained)
+        require_trained_as_asked(model, mining, not args.no_pretrained)
     else:
         child = [sys.executable, str(Path(__file__).resolve()), "--kb", args.kb, "--train-one", str(seed),
                  "--workdir", str(workdir), "--mining", args.mining]
@@ -163,7 +163,7 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     with ThreadPoolExecutor(max(1, args.jobs)) as pool, tqdm(total=len(seeds), desc="seeds", unit="seed") as bar:
-        futures = [pool.submit(run_seed, args, seed, workdir) for seed in seeds]
+        futures = [pool.submit(run_seed, args, mining, seed, workdir) for seed in seeds]
         rows = []
         for future in futures:
             rows.append(future.result())
