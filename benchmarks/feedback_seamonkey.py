@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import atexit
 import os
-import random
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from shared_data import SEAMONKEY, SEAMONKEY_LINKS, SEAMONKEY_MAP
+from shared_data import SEAMONKEY, SEAMONKEY_LINKS, SEAMONKEY_MAP, feedback_split
 
 
 def main() -> None:
@@ -52,12 +51,7 @@ def main() -> None:
     tickets = load(args.kb, mapping=SEAMONKEY_MAP, progress=False).tickets
     links = load_links(args.links, known_ids=[t.id for t in tickets])
     by_id = {t.id: t for t in tickets}
-    order = sorted(links)
-    random.Random(args.seed).shuffle(order)
-    half = len(order) // 2
-    given, held_out = order[:half], order[half:]
-    if args.half:
-        given, held_out = held_out, given
+    given, held_out = feedback_split(links, args.seed, args.half)
 
     tmp = Path(tempfile.mkdtemp(prefix="ticketrec-feedback-"))
     atexit.register(shutil.rmtree, tmp, True)  # its store and the retrained model: about 120 MB

@@ -35,3 +35,15 @@ def seamonkey_links(ticket_ids, path: str | Path = SEAMONKEY_LINKS) -> list[tupl
     from recommender.data.importers import load_links
 
     return load_links(path, None, known_ids=list(ticket_ids), warn=lambda _: None)
+
+
+def feedback_split(links, seed: int, half: int) -> tuple[list, list]:
+    """The simulated engineers' split of duplicate links (`feedback_seamonkey.py`): (pairs judged, pairs held out).
+    The links are sorted and shuffled with `seed`; `half` 0 judges the first half, 1 the second."""
+    import random
+
+    order = sorted(links)
+    random.Random(seed).shuffle(order)
+    n = len(order) // 2
+    given, held_out = order[:n], order[n:]
+    return (held_out, given) if half else (given, held_out)
