@@ -31,21 +31,19 @@ K = 10
 
 def groups_of(pairs) -> dict[str, set[str]]:
     """Each ticket of `pairs` → the other tickets of its connected component."""
-    parent: dict[str, str] = {}
+    import numpy as np
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
 
-    def root(x: str) -> str:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs:
-        parent[root(a)] = root(b)
-    members: dict[str, set[str]] = {}
-    for x in parent:
-        members.setdefault(root(x), set()).add(x)
-    return {x: members[root(x)] - {x} for x in parent}
+    ids = sorted({t for pair in pairs for t in pair})
+    at = {t: i for i, t in enumerate(ids)}
+    edges = np.array([(at[a], at[b]) for a, b in pairs], np.int64).reshape(-1, 2)
+    graph = coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(len(ids), len(ids)))
+    _, label = connected_components(graph, directed=False)
+    members: dict[int, set[str]] = {}
+    for t, c in zip(ids, label):
+        members.setdefault(int(c), set()).add(t)
+    return {t: members[int(c)] - {t} for t, c in zip(ids, label)}
 
 
 def follow(ranked: list[tuple[str, float]], groups: dict[str, set[str]]) -> list[str]:
