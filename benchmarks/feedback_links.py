@@ -75,6 +75,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2", help="the splits' seeds; each gives two splits (halves 0 and 1)")
     args = ap.parse_args()
 
+    from tqdm import tqdm
+
     from recommender.evaluation.duplicates import EngineRanker
     from recommender.model.bundle import TicketModel
 
@@ -86,7 +88,7 @@ def main() -> None:
     model = TicketModel.load(args.model)
     queries = sorted({tid for pair in links for tid in pair})
     with EngineRanker(model, tickets, progress=False) as ranker:
-        ranked = {q: ranker.scored(by_id[q], len(tickets)) for q in queries}
+        ranked = {q: ranker.scored(by_id[q], len(tickets)) for q in tqdm(queries, desc="ranking", unit="query")}
 
     print(f"# Following engineers' links: model {model.version}, {len(links)} duplicate links, K = {K}\n")
     print("| split (seed, half) | judged pairs | held-out queries | MRR@10: model → with links | "
