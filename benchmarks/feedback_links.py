@@ -11,8 +11,9 @@ gets YES on its partner), so the groups are the connected components of the judg
 other half's queries as served (`EngineRanker`: the knowledge base minus the query ticket); the query's own ticket is
 never shown. Prints, per split (seed, half), MRR@10 and Acc@10 of the model's top 10 and of the same list with each
 result's linked tickets moved (or added) right after it, and the mean change; also how many held-out queries
-have a partner that some judged pair holds (only those can gain), how many of them find it first already, and how
-many partners a link moved.
+have a partner that some judged pair holds (only those can gain), how many of those find it first already, how many
+have a ticket of the partner's group right above the partner already (following the link changes nothing), and how
+many partners the links moved up and down.
 
     .venv/bin/python benchmarks/feedback_links.py --model M [--kb … --links …] [--seeds 0,1,2]
 
@@ -92,15 +93,16 @@ def main() -> None:
 
     print(f"# Following engineers' links: model {model.version}, {len(links)} duplicate links, K = {K}\n")
     print("| split (seed, half) | judged pairs | held-out queries | MRR@10: model → with links | "
-          "Acc@10: model → with links | partner linked | partner first already | partner moved |")
-    print("|---|---|---|---|---|---|---|---|")
+          "Acc@10: model → with links | partner linked | first already | its group right above it | "
+          "moved up | moved down |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     changes = []
     for seed in (int(s) for s in args.seeds.split(",")):
         for half in (0, 1):
             given, held_out = feedback_split(links, seed, half)
             groups = groups_of(given)
             rr0 = rr1 = hit0 = hit1 = 0.0
-            moved = linked = first = n = 0
+            linked = first = adjacent = up = down = n = 0
             for a, b in held_out:
                 for query, partner in ((a, b), (b, a)):
                     before = [tid for tid, _ in ranked[query][:K]]
@@ -109,14 +111,17 @@ def main() -> None:
                     rr1 += reciprocal_rank(after, partner)
                     hit0 += partner in before
                     hit1 += partner in after
-                    moved += reciprocal_rank(before, partner) != reciprocal_rank(after, partner)
+                    up += reciprocal_rank(after, partner) > reciprocal_rank(before, partner)
+                    down += reciprocal_rank(after, partner) < reciprocal_rank(before, partner)
                     if partner in groups:  # a judged pair holds the partner: a link could bring it up
                         linked += 1
-                        first += before[:1] == [partner]
+                        at = before.index(partner) if partner in before else None
+                        first += at == 0
+                        adjacent += bool(at) and before[at - 1] in groups[partner]
                     n += 1
             changes.append((rr1 - rr0) / n)
             print(f"| {seed}, {half} | {len(given)} | {n} | {rr0 / n:.3f} → {rr1 / n:.3f} | "
-                  f"{hit0 / n:.3f} → {hit1 / n:.3f} | {linked} | {first} | {moved} |")
+                  f"{hit0 / n:.3f} → {hit1 / n:.3f} | {linked} | {first} | {adjacent} | {up} | {down} |")
     print(f"\nmean change of MRR@10 over the {len(changes)} splits: {sum(changes) / len(changes):+.4f}")
     print("\ncommand: .venv/bin/python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
 
