@@ -107,12 +107,11 @@ def main() -> None:
                 for query, partner in ((a, b), (b, a)):
                     before = [tid for tid, _ in ranked[query][:K]]
                     after = follow(ranked[query], groups)
-                    rr0 += reciprocal_rank(before, partner)
-                    rr1 += reciprocal_rank(after, partner)
+                    r0, r1 = reciprocal_rank(before, partner), reciprocal_rank(after, partner)
+                    rr0, rr1 = rr0 + r0, rr1 + r1
                     hit0 += partner in before
                     hit1 += partner in after
-                    up += reciprocal_rank(after, partner) > reciprocal_rank(before, partner)
-                    down += reciprocal_rank(after, partner) < reciprocal_rank(before, partner)
+                    up, down = up + (r1 > r0), down + (r1 < r0)
                     if partner in groups:  # a judged pair holds the partner: a link could bring it up
                         linked += 1
                         at = before.index(partner) if partner in before else None

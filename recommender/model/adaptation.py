@@ -57,10 +57,9 @@ def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, 
     if negatives is not None and len(negatives) != len(anchors):
         raise ModelError(f"adapting the sentence encoder needs one negative per pair: {len(negatives)} for "
                          f"{len(anchors)} pairs")
-    # (anchor, positive, negative or None); a pair with an empty side is left out
-    pairs = [(clean(a), clean(p), None if n is None else clean(n))
-             for a, p, n in zip(anchors, positives, negatives if negatives is not None else [None] * len(anchors))
-             if clean(a) and clean(p) and (n is None or clean(n))]
+    columns = [anchors, positives] if negatives is None else [anchors, positives, negatives]
+    # each pair's cleaned (anchor, positive[, negative]); a pair with an empty text is left out
+    pairs = [texts for texts in zip(*([clean(t) for t in column] for column in columns)) if all(texts)]
     if len(pairs) < 2:
         raise ModelError("adapting the sentence encoder needs at least 2 mined pairs with text on both sides")
     steps = [order for _ in range(epochs) for order in np.array_split(rng.permutation(len(pairs)),
@@ -69,8 +68,7 @@ def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, 
     for batch in tqdm(steps, desc="adapting the sentence encoder", disable=not progress, leave=False):
         if len(batch) < 2:
             continue
-        columns = 2 if negatives is None else 3
-        features = [model.preprocess([pairs[i][c] for i in batch]) for c in range(columns)]
+        features = [model.preprocess([pairs[i][c] for i in batch]) for c in range(len(columns))]
         value = loss(features, None)
         optimizer.zero_grad()
         value.backward()
