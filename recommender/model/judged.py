@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from ..data.records import Query, Ticket
 from ..lexical.bm25 import Bm25Scorer
@@ -113,17 +115,11 @@ def judged_queries(train_queries: Sequence[Query], judgements: Sequence[tuple[st
 
 def _groups(truth: np.ndarray, own: np.ndarray) -> np.ndarray:
     """Per query, the smallest ticket column of its connected group (queries joined through shared tickets)."""
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for t, o in zip(truth, own):
-        a, b = find(int(t)), find(int(o) if o >= 0 else int(t))
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    return np.array([find(int(t)) for t in truth], np.int64)
+    truth = np.asarray(truth, np.int64)
+    other = np.where(np.asarray(own) >= 0, own, truth).astype(np.int64)
+    n = int(max(truth.max(), other.max())) + 1 if len(truth) else 0
+    graph = coo_matrix((np.ones(len(truth)), (truth, other)), shape=(n, n))
+    _, component = connected_components(graph, directed=False)
+    smallest = np.full(component.max(initial=-1) + 1, n, np.int64)
+    np.minimum.at(smallest, component, np.arange(n))
+    return smallest[component[truth]]
