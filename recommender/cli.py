@@ -699,6 +699,11 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
         else:
             _print_rows(rows, f"{results['data']['links']['queries']} duplicate queries over "
                               f"{results['data']['kb']['tickets']} tickets; [95 % bootstrap interval]")
+            if results.get("paired"):
+                click.echo(f"{rows[0]['system']} minus each other system, per query [95 % paired bootstrap interval]:")
+            for system, by_metric in results.get("paired", {}).items():
+                click.echo(f"  Δ against {system}: " + ", ".join(
+                    f"{m} {d['diff']:+.3f} [{d['low']:+.2f}, {d['high']:+.2f}]" for m, d in by_metric.items()))
             if out_dir:
                 click.echo(f"report: {Path(out_dir) / 'report.md'}")
         return

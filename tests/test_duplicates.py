@@ -13,7 +13,7 @@ from recommender.cli import main
 from recommender.data.records import Ticket
 from recommender.errors import InputError
 from recommender.evaluation.duplicates import (EngineRanker, bm25_ranker, duplicate_queries, evaluate_duplicates,
-                                               public_rows, rank_metrics, rrf_ranker)
+                                               paired_against_first, public_rows, rank_metrics, rrf_ranker)
 
 SEAMONKEY = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "seamonkey"
 
@@ -68,6 +68,24 @@ def test_a_perfect_system_gets_one_and_a_blind_one_zero():
         assert rows[0][key] == rows[0][f"{key}_low"] == rows[0][f"{key}_high"] == 1.0
         assert rows[1][key] == rows[1][f"{key}_low"] == rows[1][f"{key}_high"] == 0.0
     assert rows[0]["queries"] == 6 and rows[0]["ranks"] == [1] * 6 and rows[1]["ranks"] == [None] * 6
+
+
+def test_the_first_system_against_each_other_on_the_same_queries():
+    """Δ is per query and paired: against a copy of itself exactly 0, against a blind system its whole value."""
+    tickets = tickets_of()
+    partner = {a: b for x, y in LINK_PAIRS for a, b in ((x, y), (y, x))}
+    order = {"H-1": ["H-3", "H-2"], "H-2": ["H-1"], "H-4": ["H-3"], "H-3": ["H-5", "H-6", "H-4"],
+             "H-5": ["H-6"], "H-6": ["H-5"]}
+    fixed = lambda q, n: order[q.id][:n]  # noqa: E731
+    blind = lambda q, n: [t.id for t in tickets if t.id not in (q.id, partner[q.id])][:n]  # noqa: E731
+    rows = evaluate_duplicates(tickets, LINK_PAIRS, {"fixed": fixed, "copy": fixed, "blind": blind}, n_boot=300)
+    paired = paired_against_first(rows, n_boot=300)
+    assert list(paired) == ["copy", "blind"] and set(paired["copy"]) == {"MRR@10", "Acc@1", "Acc@5", "Acc@10"}
+    for d in paired["copy"].values():
+        assert d["diff"] == d["low"] == d["high"] == 0.0 and d["p_not_better"] == 1.0
+    for metric, d in paired["blind"].items():
+        assert d["diff"] == pytest.approx(rows[0][metric]) and 0.0 < d["low"] <= d["diff"] <= d["high"] <= 1.0
+    assert paired["blind"]["MRR@10"]["p_not_better"] == 0.0 and paired_against_first([]) == {}
 
 
 def test_metrics_of_ranks_and_their_intervals():
@@ -190,7 +208,11 @@ def test_evaluate_duplicates_json_rows(export_files, tiny_model, tmp_path, monke
     report = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
     assert "ticketrec evaluate --kb" in report and "--duplicates" in report and "| BM25 | 6 |" in report
     assert (tmp_path / "report" / "duplicates_metrics.png").stat().st_size > 0
-    assert json.loads((tmp_path / "report" / "results.json").read_text())["rows"][0]["ranks"]
+    saved = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert saved["rows"][0]["ranks"] and list(saved["paired"]) == [r["system"] for r in rows[1:]]
+    for by_metric in saved["paired"].values():
+        assert all(d["low"] <= d["diff"] <= d["high"] for d in by_metric.values())
+    assert "against each other system (paired)" in report and "| BM25 | " in report.split("(paired)")[1]
 
 
 def test_evaluate_duplicates_table_and_errors(export_files, tiny_model, tmp_path, monkeypatch):
@@ -199,6 +221,10 @@ def test_evaluate_duplicates_table_and_errors(export_files, tiny_model, tmp_path
                  tmp_path, monkeypatch)
     assert result.exit_code == 0, result.output
     assert "6 duplicate queries over 12 tickets" in result.stdout and "MRR@10" in result.stdout
+    assert "Δ against" not in result.stdout  # one system: nothing to pair it with
+    paired = run(["evaluate", "--kb", kb, *MAP, "--duplicates", links, "--model", tiny_model[0]], tmp_path, monkeypatch)
+    assert paired.exit_code == 0, paired.output
+    assert "minus each other system, per query" in paired.stdout and "Δ against BM25: MRR@10 " in paired.stdout
     missing = run(["evaluate", "--kb", kb, "--map", "id=Ticket", "--duplicates", links, "--model", tiny_model[0]],
                   tmp_path, monkeypatch)
     assert missing.exit_code == 1 and "no column 'Ticket'" in missing.output and "'Key', 'Title'" in missing.output

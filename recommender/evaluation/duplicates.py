@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from ..data.records import Query, Ticket
 from ..errors import InputError
-from .metrics import bootstrap_interval, bootstrap_samples
+from .metrics import bootstrap_interval, bootstrap_samples, paired_bootstrap_difference
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,21 @@ def evaluate_duplicates(
         row["ranks"] = ranks
         rows.append(row)
     return rows
+
+
+def paired_against_first(rows: Sequence[dict], n_boot: int = 2000, seed: int = 0) -> dict[str, dict[str, dict]]:
+    """The first row's system against each other row's, on the same queries: per metric, the mean of the per-query
+    difference (first − other), its 95 % paired bootstrap interval and the share of resamples where it is ≤ 0
+    (`metrics.paired_bootstrap_difference`; the resamples of `evaluate_duplicates` for the same `seed`).
+    {other system: {metric: {"diff", "low", "high", "p_not_better"}}}."""
+    if not rows:
+        return {}
+    first = rank_metrics(rows[0]["ranks"])
+    out = {}
+    for row in rows[1:]:
+        other = rank_metrics(row["ranks"])
+        out[row["system"]] = {m: paired_bootstrap_difference(first[m], other[m], n_boot, seed) for m in first}
+    return out
 
 
 # -- ready systems -----------------------------------------------------------------------------------------------
@@ -385,7 +400,7 @@ def run_duplicates(
         "model": {"path": str(model_path), "version": model.version, "metric": model.metric_spec()},
         "candidates": candidates, "prefilter": prefilter, "seed": seed, "bootstrap": n_boot,
         "queries": [list(q) for q in queries.pairs],
-        "rows": rows, "notes": notes, "versions": _versions(),
+        "rows": rows, "paired": paired_against_first(rows, n_boot, seed), "notes": notes, "versions": _versions(),
     }
     if out is not None:
         from .report import write_duplicates_report

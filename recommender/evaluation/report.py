@@ -240,6 +240,16 @@ def duplicates_table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def paired_table(paired: dict[str, dict[str, dict]]) -> str:
+    """Markdown table of `duplicates.paired_against_first`: one line per other system, Δ [low, high] per metric."""
+    lines = ["| against | " + " | ".join(f"Δ {m}" for m in DUPLICATE_METRICS) + " |",
+             "|---|" + "---|" * len(DUPLICATE_METRICS)]
+    for system, by_metric in paired.items():
+        lines.append(f"| {system} | " + " | ".join(_diff_cell(by_metric.get(m), "{:+.3f}") for m in DUPLICATE_METRICS)
+                     + " |")
+    return "\n".join(lines)
+
+
 def render_duplicates_markdown(results: dict, plots: Sequence[str]) -> str:
     """The report.md of a duplicates run."""
     kb, links = results["data"]["kb"], results["data"]["links"]
@@ -266,6 +276,12 @@ def render_duplicates_markdown(results: dict, plots: Sequence[str]) -> str:
               "- MiniLM: all-MiniLM-L6-v2, zero-shot cosine of the query text to subject + description + solution.",
               "- RRF: reciprocal-rank fusion (k = 60) of the BM25 and MiniLM rankings.", "",
               "## Results", "", duplicates_table(results["rows"]), ""]
+    if results.get("paired"):
+        first = results["rows"][0]["system"]
+        parts += [f"## {first} against each other system (paired)", "",
+                  "Δ = its per-query value minus the other system's on the same queries, with the 95 % paired "
+                  "bootstrap interval (the resamples above). An interval that holds 0 means these queries cannot "
+                  "tell the two apart.", "", paired_table(results["paired"]), ""]
     if results.get("notes"):
         parts += ["## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
     parts += ["## Software", "", ", ".join(f"{k} {v}" for k, v in results.get("versions", {}).items()), ""]
