@@ -11,7 +11,8 @@ evaluate --duplicates`). Also prints what fine-tuning decided: S adapted or not,
         [--no 3] [--seed 0] [--half 1] [--keep DIR]
 
 M is a model trained on the same knowledge base (e.g. `ticketrec train` label-free after importing it).
-Prints a markdown table (before / after, 95 % bootstrap intervals) and the commands it ran.
+Prints a markdown table (before / after, 95 % bootstrap intervals), the paired difference after − before
+(query by query, 95 % paired bootstrap interval) and the commands it ran.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def main() -> None:
     from recommender.config import Settings
     from recommender.data.importers import load, load_links
     from recommender.data.store import Feedback, Store
-    from recommender.evaluation.duplicates import EngineRanker, evaluate_duplicates, query_of
+    from recommender.evaluation.duplicates import EngineRanker, evaluate_duplicates, paired_against_first, query_of
     from recommender.model.bundle import TicketModel
 
     if not Path(args.kb).exists():
@@ -99,6 +100,9 @@ def main() -> None:
     for row in rows:
         print(f"| {row['system']} | {row['MRR@10']:.3f} [{row['MRR@10_low']:.3f}, {row['MRR@10_high']:.3f}] | "
               f"{row['Acc@1']:.3f} | {row['Acc@5']:.3f} | {row['Acc@10']:.3f} |")
+    [gain] = paired_against_first(rows[::-1], seed=args.seed).values()  # after − before, query by query
+    print("\nafter − before, per query [95 % paired bootstrap interval]: " + ", ".join(
+        f"{m} {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" for m, d in gain.items()))
     tuning = after.meta["fine_tuning"][-1]
     for what, key, verb in (("S adapted on the judgements", "sentence_encoder", "kept"),
                             ("weights re-selected on the judgements", "weight_selection", "changed")):
