@@ -44,7 +44,8 @@ def main() -> None:
     from recommender.config import Settings
     from recommender.data.importers import load, load_links
     from recommender.data.store import Feedback, Store
-    from recommender.evaluation.duplicates import EngineRanker, evaluate_duplicates, paired_against_first, query_of
+    from recommender.evaluation.duplicates import (EngineRanker, evaluate_duplicates, paired_against_first, paired_line,
+                                                   query_of)
     from recommender.model.bundle import TicketModel
 
     if not Path(args.kb).exists():
@@ -101,8 +102,7 @@ def main() -> None:
         print(f"| {row['system']} | {row['MRR@10']:.3f} [{row['MRR@10_low']:.3f}, {row['MRR@10_high']:.3f}] | "
               f"{row['Acc@1']:.3f} | {row['Acc@5']:.3f} | {row['Acc@10']:.3f} |")
     [gain] = paired_against_first(rows[::-1], seed=args.seed).values()  # after − before, query by query
-    print("\nafter − before, per query [95 % paired bootstrap interval]: " + ", ".join(
-        f"{m} {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" for m, d in gain.items()))
+    print(f"\nafter − before, per query [95 % paired bootstrap interval]: {paired_line(gain)}")
     tuning = after.meta["fine_tuning"][-1]
     for what, key, verb in (("S adapted on the judgements", "sentence_encoder", "kept"),
                             ("weights re-selected on the judgements", "weight_selection", "changed")):

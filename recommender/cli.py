@@ -640,7 +640,8 @@ def topics_show(model_dir, k: int, as_json: bool) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="report directory, e.g. reports/NAME (required for the grid)")
 @click.option("--seeds", type=int, default=3, show_default=True, help="grid: seeds of the headline rows (mean ± spread)")
-@click.option("--seed", type=int, default=0, show_default=True, help="first seed (duplicates: the bootstrap's seed)")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="first seed (duplicates and --model --test: the bootstrap's seed)")
 @click.option("--candidates", type=int, default=None, help="BM25 candidates K in the KB protocol (default: TICKETREC_CANDIDATES)")
 @click.option("--model", "model_dir", type=click.Path(file_okay=False), default=None,
               help="a saved model to evaluate (duplicates: default TICKETREC_MODEL)")
@@ -654,7 +655,7 @@ def topics_show(model_dir, k: int, as_json: bool) -> None:
 @click.option("--link-columns", nargs=2, default=None, metavar="A B",
               help="duplicates: the two id columns of the links file, by header name (default: the first two)")
 @click.option("--baselines/--no-baselines", default=True, show_default=True,
-              help="duplicates: also BM25, MiniLM and their reciprocal-rank fusion")
+              help="duplicates and --model --test: also BM25, MiniLM and their reciprocal-rank fusion")
 @click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
 def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candidates, model_dir, kb_path, maps,
              mapping_file, links_path, link_columns, baselines, as_json, cv_folds=None, jobs=None) -> None:
@@ -699,11 +700,7 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
         else:
             _print_rows(rows, f"{results['data']['links']['queries']} duplicate queries over "
                               f"{results['data']['kb']['tickets']} tickets; [95 % bootstrap interval]")
-            if results.get("paired"):
-                click.echo(f"{rows[0]['system']} minus each other system, per query [95 % paired bootstrap interval]:")
-            for system, by_metric in results.get("paired", {}).items():
-                click.echo(f"  Δ against {system}: " + ", ".join(
-                    f"{m} {d['diff']:+.3f} [{d['low']:+.2f}, {d['high']:+.2f}]" for m, d in by_metric.items()))
+            _print_paired(rows[0]["system"], results.get("paired", {}))
             if out_dir:
                 click.echo(f"report: {Path(out_dir) / 'report.md'}")
         return
@@ -714,14 +711,18 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
 
         command = _command_line(["evaluate", "--model", model_dir, "--test", test_path]
                                 + (["--out", out_dir] if out_dir else [])
-                                + (["--candidates", str(candidates)] if candidates is not None else []))
+                                + (["--candidates", str(candidates)] if candidates is not None else [])
+                                + ([] if baselines else ["--no-baselines"]) + (["--seed", str(seed)] if seed else []))
         results = evaluate_saved_model(model_dir, test_path, candidates=cfg.candidates, out=out_dir, command=command,
-                                       progress=not as_json)
+                                       progress=not as_json, baselines=baselines, seed=seed)
+        for note in results["notes"]:
+            click.echo(f"note: {note}", err=True)
         if as_json:
             echo_json(results["rows"])
         else:
             _print_rows(results["rows"], f"model {results['model']['version']} on {test_path} "
-                                         f"(knowledge-base protocol: K = {cfg.candidates})")
+                                         f"(knowledge-base protocol: K = {cfg.candidates} for the model)")
+            _print_paired(results["rows"][0]["system"], results["paired"])
         return
     if not (train_path and dev_path and out_dir):
         raise InputError("say what to evaluate: --train FILE --dev FILE --out DIR (the grid), --model DIR --test FILE "
@@ -760,6 +761,16 @@ def _command_line(args: list[str]) -> str:
     if sys.argv and sys.argv[0].endswith("ticketrec") and len(sys.argv) > 1 and sys.argv[1] == "evaluate":
         return "ticketrec " + shlex.join(sys.argv[1:])
     return "ticketrec " + shlex.join(str(a) for a in args)
+
+
+def _print_paired(first: str, paired: dict) -> None:
+    """The first system minus each other one, per query: one "Δ against X:" line each (nothing when alone)."""
+    from .evaluation.duplicates import paired_line
+
+    if paired:
+        click.echo(f"{first} minus each other system, per query [95 % paired bootstrap interval]:")
+    for system, by_metric in paired.items():
+        click.echo(f"  Δ against {system}: {paired_line(by_metric)}")
 
 
 def _print_rows(rows: list[dict], caption: str) -> None:

