@@ -28,6 +28,19 @@ from pathlib import Path
 from shared_data import SEAMONKEY, SEAMONKEY_LINKS, SEAMONKEY_MAP, feedback_split
 
 
+def print_decisions(after) -> None:
+    """What fine-tuning decided, from the tuned model's record: S adapted and kept or not, weights re-selected or
+    not, each with the judged queries' MRR@10 before and cross-validated."""
+    tuning = after.meta["fine_tuning"][-1]
+    for what, key, verb in (("S adapted on the judgements", "sentence_encoder", "kept"),
+                            ("weights re-selected on the judgements", "weight_selection", "changed")):
+        d = tuning.get(key)
+        if d:
+            print(f"\n{what}: MRR@10 on {d['queries']} judged queries {d['current']:.3f} before, "
+                  f"{d['cross_validated']:.3f} cross-validated (standard error of the difference {d['stderr']:.3f}): "
+                  f"{verb if d[verb] else 'not ' + verb}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="the model before feedback (a model directory)")
@@ -103,14 +116,7 @@ def main() -> None:
               f"{row['Acc@1']:.3f} | {row['Acc@5']:.3f} | {row['Acc@10']:.3f} |")
     [gain] = paired_against_first(rows[::-1], seed=args.seed).values()  # after − before, query by query
     print(f"\nafter − before, per query [95 % paired bootstrap interval]: {paired_line(gain)}")
-    tuning = after.meta["fine_tuning"][-1]
-    for what, key, verb in (("S adapted on the judgements", "sentence_encoder", "kept"),
-                            ("weights re-selected on the judgements", "weight_selection", "changed")):
-        d = tuning.get(key)
-        if d:
-            print(f"\n{what}: MRR@10 on {d['queries']} judged queries {d['current']:.3f} before, "
-                  f"{d['cross_validated']:.3f} cross-validated (standard error of the difference {d['stderr']:.3f}): "
-                  f"{verb if d[verb] else 'not ' + verb}")
+    print_decisions(after)
     print("\ncommand: .venv/bin/python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
     print("ran: " + " ; ".join(f"ticketrec {c}" for c in commands))
 
