@@ -113,7 +113,8 @@ def synth(n_tickets: int, n_queries: int, seed: int, out: str, dev_out: str | No
     if dev_out:
         held = dev_queries or max(1, n_queries // 3)
         if held >= len(data.queries):
-            raise TicketrecError(f"--dev-queries {held} leaves no training query; ask for fewer than --queries {n_queries}")
+            raise TicketrecError(f"--dev-queries {held} leaves no training query; ask for fewer than --queries "
+                                 f"{n_queries}")
         dev_ids = {q.id for q in data.queries[-held:]}
         split = [Dataset(data.tickets, [q for q in data.queries if (q.id in dev_ids) == is_dev],
                          [p for p in data.pairs if (p.query_id in dev_ids) == is_dev], data.source)
@@ -124,8 +125,8 @@ def synth(n_tickets: int, n_queries: int, seed: int, out: str, dev_out: str | No
             path = write_jsonl(part, target)
         except OSError as exc:
             raise TicketrecError(f"cannot write {target}: {exc.strerror or exc}; choose another path") from exc
-        click.echo(f"wrote {len(part.tickets)} tickets, {len(part.queries)} queries, {len(part.pairs)} pairs to {path}; "
-                   f"load them with `ticketrec import {path}`")
+        click.echo(f"wrote {len(part.tickets)} tickets, {len(part.queries)} queries, {len(part.pairs)} pairs to "
+                   f"{path}; load them with `ticketrec import {path}`")
 
 
 @main.command()
@@ -152,7 +153,8 @@ def _one_line(text: str, width: int) -> str:
 
 @main.command()
 @click.argument("text")
-@click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 100_000), help="How many tickets to show.")
+@click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 100_000),
+              help="How many tickets to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON.")
 def search(text: str, k: int, as_json: bool) -> None:
     """BM25 candidates for TEXT: rank, score, ticket id, subject and a solution snippet (no model needed)."""
@@ -181,7 +183,8 @@ def search(text: str, k: int, as_json: bool) -> None:
         })
         return
     if empty:
-        click.echo("the knowledge base is empty; add tickets with `ticketrec import FILE` or `ticketrec synth`", err=True)
+        click.echo("the knowledge base is empty; add tickets with `ticketrec import FILE` or `ticketrec synth`",
+                   err=True)
         return
     if not rows:
         click.echo("no ticket shares a searchable word with this text", err=True)
@@ -278,8 +281,8 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     if arch == "char-siamese":
         if (preset or weights or pretrained is not None or encoder_dir or encoder_backend or with_feedback or base_dir
                 or word_vectors or dev_file):
-            raise InputError("--preset, --weights, --pretrained, --encoder, --encoder-backend, --with-feedback, --base, "
-                             "--word-vectors and --dev do not apply to --arch char-siamese: drop them")
+            raise InputError("--preset, --weights, --pretrained, --encoder, --encoder-backend, --with-feedback, "
+                             "--base, --word-vectors and --dev do not apply to --arch char-siamese: drop them")
         _train_char_siamese(train_files, out_dir, config_file, seed, epochs, mined, started)
         return
     if with_feedback and (encoder_dir or encoder_backend):
@@ -343,9 +346,9 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
         return
     train_data = load_many(list(train_files))
     if train_data.pairs and len({p.score for p in train_data.pairs}) == 1:
-        raise InputError(f"every labelled pair scores {train_data.pairs[0].score:g}: pairs of one label (e.g. positives "
-                         "only) cannot teach a ranking; add pairs of other labels, or drop --no-mined to add mined "
-                         "negatives")
+        raise InputError(f"every labelled pair scores {train_data.pairs[0].score:g}: pairs of one label (e.g. "
+                         "positives only) cannot teach a ranking; add pairs of other labels, or drop --no-mined to add "
+                         "mined negatives")
     dev_data = load_many([dev_file]) if dev_file else None
     model = train_model(train_data, dev_data, config, out_dir, seed=seed, word_vectors=word_vectors, progress=True,
                         channel_encoders=encoders)
@@ -438,7 +441,8 @@ def _config_overrides(config_file, config_name: str, epochs) -> dict:
         try:
             overrides = json.loads(open(config_file, encoding="utf-8").read())
         except (OSError, ValueError) as exc:
-            raise InputError(f"cannot read the config {config_file}: {exc}; give a JSON object of config fields") from exc
+            raise InputError(f"cannot read the config {config_file}: {exc}; give a JSON object of config "
+                             "fields") from exc
         if not isinstance(overrides, dict):
             raise InputError(f"{config_file} must hold a JSON object of {config_name} fields")
     if epochs is not None:
@@ -563,11 +567,13 @@ def _topic_texts(path: str, with_solution: bool, stop_words: bool) -> list[list[
 @click.option("--heldout", "heldout_file", required=True, type=click.Path(dir_okay=False, exists=True),
               help="held-out tickets to measure perplexity on")
 @click.option("--topics", "n_topics", type=int, default=100, show_default=True)
-@click.option("--min-count", type=int, default=2, show_default=True, help="drop words seen fewer times in training text")
+@click.option("--min-count", type=int, default=2, show_default=True,
+              help="drop words seen fewer times in training text")
 @click.option("--max-doc-len", type=int, default=300, show_default=True, help="cut every document to N tokens")
 @click.option("--stop-words/--content-words", default=False, help="keep stop words (default: content words only)")
 @click.option("--softmax", type=click.Choice(["full", "tree"]), default="full", show_default=True)
-@click.option("--epochs", type=int, default=30, show_default=True, help="DocNADE epochs (early stopping on 10%% of train)")
+@click.option("--epochs", type=int, default=30, show_default=True,
+              help="DocNADE epochs (early stopping on 10%% of train)")
 @click.option("--passes", type=int, default=20, show_default=True, help="LDA passes")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print JSON rows instead of a markdown table")
@@ -628,26 +634,31 @@ def topics_show(model_dir, k: int, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--train", "train_path", type=click.Path(dir_okay=False), help="grid: training data (JSONL, CSV or SemEval XML)")
+@click.option("--train", "train_path", type=click.Path(dir_okay=False),
+              help="grid: training data (JSONL, CSV or SemEval XML)")
 @click.option("--dev", "dev_path", type=click.Path(dir_okay=False), help="grid: dev data, where weights are selected")
 @click.option("--test", "test_path", type=click.Path(dir_okay=False),
               help="labelled test data: only reported, never tuned on (with --model alone: evaluate that saved model)")
 @click.option("--grid", type=click.Choice(["table5", "core", "quick", "siamese"]), default="table5", show_default=True,
               help="grid: table5 (every row), core (its key rows), quick, or siamese (issue 13's networks alone)")
 @click.option("--cv", "cv_folds", type=int, default=None, metavar="K",
-              help="grid: pool --train and --dev, K-fold cross-validation by query (weights selected on the other folds)")
+              help="grid: pool --train and --dev, K-fold cross-validation by query (weights selected on the other "
+                   "folds)")
 @click.option("--jobs", type=int, default=None, help="grid/--cv: worker processes (default: the number of cores)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="report directory, e.g. reports/NAME (required for the grid)")
-@click.option("--seeds", type=int, default=3, show_default=True, help="grid: seeds of the headline rows (mean ± spread)")
+@click.option("--seeds", type=int, default=3, show_default=True,
+              help="grid: seeds of the headline rows (mean ± spread)")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="first seed (duplicates and --model --test: the bootstrap's seed)")
-@click.option("--candidates", type=int, default=None, help="BM25 candidates K in the KB protocol (default: TICKETREC_CANDIDATES)")
+@click.option("--candidates", type=int, default=None,
+              help="BM25 candidates K in the KB protocol (default: TICKETREC_CANDIDATES)")
 @click.option("--model", "model_dir", type=click.Path(file_okay=False), default=None,
               help="a saved model to evaluate (duplicates: default TICKETREC_MODEL)")
 @click.option("--kb", "kb_path", type=click.Path(dir_okay=False), default=None,
               help="duplicates: the knowledge base (tickets; CSV or JSONL, --map for its own column names)")
-@click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN", help="column mapping of --kb, as in `ticketrec import`")
+@click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",
+              help="column mapping of --kb, as in `ticketrec import`")
 @click.option("--mapping", "mapping_file", type=click.Path(dir_okay=False), default=None,
               help="column mapping of --kb in a file, as in `ticketrec import`")
 @click.option("--duplicates", "links_path", type=click.Path(dir_okay=False), default=None,
@@ -659,8 +670,8 @@ def topics_show(model_dir, k: int, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
 def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candidates, model_dir, kb_path, maps,
              mapping_file, links_path, link_columns, baselines, as_json, cv_folds=None, jobs=None) -> None:
-    """Evaluate: the Table 5 grid (--train --dev --out), its cross-validation (--cv K), a saved model on labelled data (--model --test), or a
-    model against BM25 and MiniLM on real duplicate links (--kb --duplicates)."""
+    """Evaluate: the Table 5 grid (--train --dev --out), its cross-validation (--cv K), a saved model on labelled
+    data (--model --test), or a model against BM25 and MiniLM on real duplicate links (--kb --duplicates)."""
     from pathlib import Path
 
     from .errors import InputError
@@ -670,13 +681,15 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
         cfg = cfg.replace(candidates=candidates)
     if kb_path or links_path:
         if not (kb_path and links_path):
-            raise InputError("the duplicates protocol needs both --kb FILE (the tickets) and --duplicates FILE (the links)")
+            raise InputError("the duplicates protocol needs both --kb FILE (the tickets) and --duplicates FILE (the "
+                             "links)")
         from .evaluation.duplicates import public_rows, run_duplicates
 
         command = _command_line(["evaluate", "--kb", kb_path] + [a for m in maps for a in ("--map", m)]
                                 + (["--mapping", mapping_file] if mapping_file else []) + ["--duplicates", links_path]
                                 + (["--link-columns", *link_columns] if link_columns else [])
-                                + (["--model", model_dir] if model_dir else []) + (["--out", out_dir] if out_dir else [])
+                                + (["--model", model_dir] if model_dir else [])
+                                + (["--out", out_dir] if out_dir else [])
                                 + (["--candidates", str(candidates)] if candidates is not None else [])
                                 + ([] if baselines else ["--no-baselines"]) + ["--seed", str(seed)]
                                 + (["--grid", grid] if grid == "siamese" else []))
@@ -741,8 +754,10 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
         echo_json({"report": str(Path(out_dir) / "report.md"), "verdict": results["verdict"],
                    "cv": {r["name"]: {k: r["cv"][k] for k in ("official_map", "kb_map@10")} for r in results["rows"]}})
         return
-    command = _command_line(["evaluate", "--train", train_path, "--dev", dev_path] + (["--test", test_path] if test_path else [])
-                            + ["--grid", grid, "--out", out_dir, "--seeds", str(seeds), "--seed", str(seed), "--jobs", str(jobs)]
+    command = _command_line(["evaluate", "--train", train_path, "--dev", dev_path]
+                            + (["--test", test_path] if test_path else [])
+                            + ["--grid", grid, "--out", out_dir, "--seeds", str(seeds), "--seed", str(seed),
+                               "--jobs", str(jobs)]
                             + (["--candidates", str(candidates)] if candidates is not None else []))
     results = run_experiment(train_path, dev_path, out_dir, test=test_path, grid=grid, seeds=seeds, seed=seed,
                              candidates=cfg.candidates, command=command, jobs=jobs)
@@ -860,7 +875,8 @@ def status(as_json: bool) -> None:
         index.close()
     info = {"version": index.version, "current": current_version(cfg), "tickets": len(index),
             "dtype": index.manifest.get("dtype", "float32"), "model_version": index.model_version,
-            "memory": {key: memory[key] for key in ("bytes", "resident_bytes", "vectors_bytes", "vectors_resident_bytes")},
+            "memory": {key: memory[key]
+                       for key in ("bytes", "resident_bytes", "vectors_bytes", "vectors_resident_bytes")},
             "pin": "all" if cfg.index_pin >= PIN_ALL else cfg.index_pin}
     if as_json:
         echo_json(info)
@@ -1179,7 +1195,8 @@ def demo(n_tickets: int, n_queries: int, seed: int, pretrained: bool, host: str,
     store = open_store()
     try:
         if store.stats()["tickets"] == 0:
-            click.echo(f"1/3 knowledge base: generating {n_tickets:,} synthetic tickets and {n_queries} labelled queries")
+            click.echo(f"1/3 knowledge base: generating {n_tickets:,} synthetic tickets and {n_queries} labelled "
+                       "queries")
             data = generate(n_tickets=n_tickets, n_queries=n_queries, seed=seed)
             write_jsonl(data, cfg.home / "demo-knowledge-base.jsonl")
             store.import_dataset(data)
@@ -1201,7 +1218,8 @@ def demo(n_tickets: int, n_queries: int, seed: int, pretrained: bool, host: str,
         results = Recommender(cfg, store=store, model=model).recommend(sample, k=3)
         click.secho(f"sample query: {sample.subject}", bold=True)
         for r in results:
-            click.echo(f"  {r.rank}. [{r.score:.1f}/5] {r.ticket.subject} -> {' '.join(r.ticket.solution.split())[:100]}…")
+            solution = " ".join(r.ticket.solution.split())[:100]
+            click.echo(f"  {r.rank}. [{r.score:.1f}/5] {r.ticket.subject} -> {solution}…")
     finally:
         store.close()
     if then_serve:
