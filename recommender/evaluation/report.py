@@ -240,13 +240,16 @@ def duplicates_table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def paired_table(paired: dict[str, dict[str, dict]]) -> str:
-    """Markdown table of `duplicates.paired_against_first`: one line per other system, Δ [low, high] per metric."""
-    lines = ["| against | " + " | ".join(f"Δ {m}" for m in DUPLICATE_METRICS) + " |",
-             "|---|" + "---|" * len(DUPLICATE_METRICS)]
+def paired_table(paired: dict[str, dict[str, dict]], metrics: Sequence[str] = DUPLICATE_METRICS,
+                 patterns: dict[str, str] | None = None) -> str:
+    """Markdown table of paired differences ({other system: {metric: {"diff", "low", "high"}}}, as
+    `duplicates.paired_against_first` gives them): one line per other system, Δ [low, high] per metric of `metrics`,
+    each formatted by its pattern in `patterns` (default "{:+.3f}")."""
+    patterns = patterns or {}
+    lines = ["| against | " + " | ".join(f"Δ {m}" for m in metrics) + " |", "|---|" + "---|" * len(metrics)]
     for system, by_metric in paired.items():
-        lines.append(f"| {system} | " + " | ".join(_diff_cell(by_metric.get(m), "{:+.3f}") for m in DUPLICATE_METRICS)
-                     + " |")
+        lines.append(f"| {system} | " + " | ".join(_diff_cell(by_metric.get(m), patterns.get(m, "{:+.3f}"))
+                                                    for m in metrics) + " |")
     return "\n".join(lines)
 
 

@@ -107,7 +107,7 @@ def evaluate_saved_model(model_dir: str | Path, test: str | Path, *, candidates:
 
 def _write(results: dict, out: Path) -> None:
     from ..files import atomic_write_text
-    from .report import _diff_cell
+    from .report import paired_table
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "results.json", json.dumps(results, indent=2, default=float))
@@ -127,12 +127,8 @@ def _write(results: dict, out: Path) -> None:
                   "paired bootstrap interval (the queries resampled); an interval above 0 is a difference these "
                   "queries can tell from none. Rerank figures are the official scorer's (×100), knowledge-base "
                   "figures fractions.", "",
-                  "| against | " + " | ".join(f"Δ {label}" for label, *_ in PAIRED) + " |",
-                  "|---|" + "---|" * len(PAIRED)]
-        for system, by_metric in paired.items():
-            lines.append(f"| {system} | " + " | ".join(
-                _diff_cell(by_metric.get(label), "{:+.2f}" if protocol == "rerank" else "{:+.3f}")
-                for label, protocol, _ in PAIRED) + " |")
+                  paired_table(paired, [label for label, *_ in PAIRED],
+                               {label: "{:+.2f}" for label, protocol, _ in PAIRED if protocol == "rerank"})]
     notes = [f"- {n}" for n in results.get("notes", [])]
     text = "\n".join([
         f"# Saved model on labelled data: {results['model']['path']}", "",
