@@ -23,9 +23,34 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared_data import SEAMONKEY, SEAMONKEY_LINKS, SEAMONKEY_MAP, feedback_split
+
+
+@dataclass
+class TemporaryHome:
+    """A temporary TICKETREC_HOME (removed at exit) where `run(*args)` runs the ticketrec CLI quietly, keeping each
+    command line in `commands`; `env` is its environment (no broker, no model or database of the caller's)."""
+
+    path: Path
+    env: dict
+    commands: list = field(default_factory=list)
+
+    @classmethod
+    def create(cls, **extra_env: str) -> "TemporaryHome":
+        path = Path(tempfile.mkdtemp(prefix="ticketrec-feedback-"))
+        atexit.register(shutil.rmtree, path, True)
+        env = dict(os.environ, TICKETREC_HOME=str(path / "home"), TICKETREC_MODEL=str(path / "unused"),
+                   TICKETREC_BROKER_URL="", **extra_env)
+        env.pop("TICKETREC_DB", None)
+        return cls(path, env)
+
+    def run(self, *cmd: str) -> None:
+        self.commands.append(" ".join(cmd))
+        ticketrec = str(Path(sys.executable).parent / "ticketrec")
+        subprocess.run([ticketrec, *cmd], env=self.env, check=True, stdout=subprocess.DEVNULL)
 
 
 def print_decisions(after) -> None:
@@ -68,19 +93,9 @@ def main() -> None:
     by_id = {t.id: t for t in tickets}
     given, held_out = feedback_split(links, args.seed, args.half)
 
-    tmp = Path(tempfile.mkdtemp(prefix="ticketrec-feedback-"))
-    atexit.register(shutil.rmtree, tmp, True)  # its store and the retrained model: about 120 MB
-    env = dict(os.environ, TICKETREC_HOME=str(tmp / "home"), TICKETREC_MODEL=str(tmp / "unused"),
-               TICKETREC_BROKER_URL="", OMP_NUM_THREADS="1")
-    env.pop("TICKETREC_DB", None)
-    ticketrec = str(Path(sys.executable).parent / "ticketrec")
+    home = TemporaryHome.create(OMP_NUM_THREADS="1")  # its store and the retrained model: about 120 MB
+    tmp, env, run, commands = home.path, home.env, home.run, home.commands
     maps = [a for f, c in SEAMONKEY_MAP.items() for a in ("--map", f"{f}={c}")]
-    commands = []
-
-    def run(*cmd: str) -> None:
-        commands.append(" ".join(cmd))
-        subprocess.run([ticketrec, *cmd], env=env, check=True, stdout=subprocess.DEVNULL)
-
     run("import", args.kb, *maps, "--quiet")
     before = TicketModel.load(args.model)
     settings = Settings.from_env(env)

@@ -15,15 +15,11 @@ M is a model trained label-free on train-part2's tickets.
 from __future__ import annotations
 
 import argparse
-import atexit
-import os
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from feedback_seamonkey import print_decisions
+from feedback_seamonkey import TemporaryHome, print_decisions
 from shared_data import SEMEVAL
 
 #: (label, protocol, key of `metrics.per_query_values`) of the table.
@@ -49,20 +45,10 @@ def main() -> None:
     for path in (args.train, args.test):
         if not Path(path).exists():
             sys.exit(f"no file at {path}: pass --train and --test")
-    tmp = Path(tempfile.mkdtemp(prefix="ticketrec-feedback-"))
-    atexit.register(shutil.rmtree, tmp, True)
-    env = dict(os.environ, TICKETREC_HOME=str(tmp / "home"), TICKETREC_MODEL=str(tmp / "unused"),
-               TICKETREC_BROKER_URL="")
-    env.pop("TICKETREC_DB", None)
-    ticketrec = str(Path(sys.executable).parent / "ticketrec")
-    commands = []
-
-    def run(*cmd: str) -> None:
-        commands.append(" ".join(cmd))
-        subprocess.run([ticketrec, *cmd], env=env, check=True, stdout=subprocess.DEVNULL)
-
+    home = TemporaryHome.create()
+    run, commands = home.run, home.commands
     run("import", args.train, "--quiet")
-    after_dir = tmp / "after"
+    after_dir = home.path / "after"
     run("train", "--with-feedback", "--train", args.train, "--base", args.model, "--out", str(after_dir),
         "--seed", str(args.seed))
     before, after = TicketModel.load(args.model), TicketModel.load(after_dir)
