@@ -12,7 +12,8 @@ from typing import Sequence
 import numpy as np
 
 from ..data.records import Query
-from .duplicates import BM25_NAME, MINILM_NAME, RRF_K, RRF_NAME, minilm_vectors, query_text, ticket_text
+from .duplicates import (BM25_NAME, MINILM_NAME, RRF_K, RRF_NAME, minilm_vectors, query_text,
+                         reciprocal_rank_fusion, ticket_text)
 from .experiments import BM25System, Split
 from .metrics import rank_by_score
 
@@ -52,20 +53,15 @@ class RRFSystem:
     def __init__(self, systems: Sequence, n_tickets: int, k: int = RRF_K):
         self.systems, self.n_tickets, self.k = list(systems), n_tickets, k
 
-    def _fuse(self, rankings: Sequence[Sequence[str]]) -> dict[str, float]:
-        fused: dict[str, float] = {}
-        for ranking in rankings:
-            for r, tid in enumerate(ranking, 1):
-                fused[tid] = fused.get(tid, 0.0) + 1.0 / (self.k + r)
-        return fused
-
     def score(self, query: Query, ids: Sequence[str]) -> np.ndarray:
         ids = list(ids)
-        fused = self._fuse([rank_by_score(list(zip(ids, s.score(query, ids)))) for s in self.systems])
+        fused = reciprocal_rank_fusion([rank_by_score(list(zip(ids, s.score(query, ids)))) for s in self.systems],
+                                       self.k)
         return np.array([fused.get(t, 0.0) for t in ids])
 
     def retrieve(self, query: Query, k: int):
-        fused = self._fuse([[tid for tid, *_ in s.retrieve(query, self.n_tickets)] for s in self.systems])
+        fused = reciprocal_rank_fusion([[tid for tid, *_ in s.retrieve(query, self.n_tickets)] for s in self.systems],
+                                       self.k)
         order = sorted(fused, key=lambda tid: -fused[tid])[:k]  # stable: ties keep the first system's order
         return [(tid, fused[tid], fused[tid]) for tid in order]
 

@@ -239,16 +239,23 @@ def minilm_ranker(tickets: Sequence[Ticket], progress: bool = False) -> Ranker:
     return rank
 
 
+def reciprocal_rank_fusion(rankings: Iterable[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
+    """Reciprocal-rank fusion (Cormack et al. 2009): id → Σ over `rankings` (ids best first) of 1 / (k + its rank),
+    ranks counted from 1; ids in the order they are first met."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for r, tid in enumerate(ranking, 1):
+            fused[tid] = fused.get(tid, 0.0) + 1.0 / (k + r)
+    return fused
+
+
 def rrf_ranker(rankers: Sequence[Ranker], depth: int, k: int = RRF_K) -> Ranker:
     """Reciprocal-rank fusion: score(t) = Σ_systems 1 / (k + rank of t), over each system's top `depth`
     (give the knowledge-base size to fuse full rankings); the query itself is removed before ranks are counted."""
 
     def rank(query: Ticket, n: int) -> list[str]:
-        fused: dict[str, float] = {}
-        for ranker in rankers:
-            ranked = [tid for tid in ranker(query, depth + 1) if tid != query.id][:depth]
-            for r, tid in enumerate(ranked, 1):
-                fused[tid] = fused.get(tid, 0.0) + 1.0 / (k + r)
+        fused = reciprocal_rank_fusion(([tid for tid in ranker(query, depth + 1) if tid != query.id][:depth]
+                                        for ranker in rankers), k)
         order = sorted(fused, key=lambda tid: -fused[tid])  # stable: ties keep the first system's order
         return order[:n]
 
