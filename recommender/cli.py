@@ -729,7 +729,7 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
         results = evaluate_saved_model(model_dir, test_path, candidates=cfg.candidates, out=out_dir, command=command,
                                        progress=not as_json, baselines=baselines, seed=seed)
         for note in results["notes"]:
-            click.echo(f"note: {note}", err=True)
+            _warn(note)
         if as_json:
             echo_json(results["rows"])
         else:
