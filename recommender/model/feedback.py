@@ -23,7 +23,7 @@ from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
 from .unsupervised import (CALIBRATION_BAND, CALIBRATION_NEGATIVES, band_negatives, mined_calibration,
-                           pairs_against_empty_fields, select_by_rank)
+                           select_by_rank, set_weights_on_filled_fields)
 from ..lexical.bm25 import Bm25Scorer
 
 #: The fewest relevant judgements (YES/REL pairs) that may re-select the channel and pair weights.
@@ -237,10 +237,7 @@ def reselect_weights(model: TicketModel, judged: JudgedQueries, seed: int = 0, p
     changed = gain > stderr
     chosen, value, _ = select_by_rank([ranked], spec, config.grid)
     if changed:
-        empty = pairs_against_empty_fields(chosen["pairs"], judged.kb)
-        model.net.set_weights([0.0 if e else v for (*_, v), e in zip(chosen["pairs"], empty)], chosen["channels"],
-                              chosen["bm25"])
-        model.invalidate()
+        set_weights_on_filled_fields(model, chosen, judged.kb)
     return {"queries": len(judged), "ranked": int(len(judged.ranked)), "current": float(current.mean()),
             "cross_validated": float(selected.mean()), "stderr": stderr, "selected_in_sample": value,
             "changed": bool(changed), "spec": model.metric_spec()}

@@ -491,6 +491,16 @@ def pairs_against_empty_fields(pairs: Sequence[Sequence], tickets: Sequence[Tick
     return [not filled[b] for _, b, *_ in pairs]  # `SiameseConfig.validate`: a ticket side is one of these
 
 
+def set_weights_on_filled_fields(model: TicketModel, spec: dict, tickets: Sequence[Ticket]) -> list[str]:
+    """Set the metric weights of `spec` on `model`, each pair against a field that no ticket of `tickets` fills at
+    0 (`pairs_against_empty_fields`); returns those pairs ("SUB-SOL", ...)."""
+    empty = pairs_against_empty_fields(spec["pairs"], tickets)
+    model.net.set_weights([0.0 if e else v for (*_, v), e in zip(spec["pairs"], empty)], spec["channels"],
+                          spec["bm25"])
+    model.invalidate()
+    return [f"{a}-{b}" for (a, b, _), e in zip(spec["pairs"], empty) if e]
+
+
 def _concat(a: PairSet, b: PairSet, repeat: int = 1) -> PairSet:
     """The pairs of `a` then those of `b` (each `repeat` times), queries and tickets concatenated."""
     q = np.concatenate([a.q] + [b.q + len(a.queries)] * repeat)
@@ -806,12 +816,10 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
             echo(f"held-out tickets pasted whole: MRR@{MRR_K} {p['value']:.3f} with the selected weights; "
                  f"{p['eligible']:,} of {p['combinations']:,} weightings were eligible (within one standard error, "
                  f"{p['stderr']:.3f}, of the best, {p['best']:.3f})")
-    restored = _restored_pairs(net.metric_spec(), configured_pairs, observable)
-    empty = pairs_against_empty_fields(config.metric_pairs, tickets)
-    net.set_weights([0.0 if e else v for v, e in zip(restored, empty)], net.metric_spec()["channels"],
-                    net.metric_spec()["bm25"])
-    model.invalidate()
-    unfilled = ", ".join(f"{a}-{b}" for (a, b, _), e in zip(config.metric_pairs, empty) if e)
+    selected = net.metric_spec()
+    restored = _restored_pairs(selected, configured_pairs, observable)
+    unfilled = ", ".join(set_weights_on_filled_fields(
+        model, dict(selected, pairs=[[a, b, v] for (a, b, _), v in zip(selected["pairs"], restored)]), tickets))
     echo(f"metric weights: {_short(net.metric_spec())}"
          + (f"; weight 0 for the pairs against a field no ticket fills: {unfilled}" if unfilled else ""))
 
