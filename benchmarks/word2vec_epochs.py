@@ -14,6 +14,7 @@ network trains later), L1 distance, on:
 
     .venv/bin/python benchmarks/word2vec_epochs.py --kb seamonkey [--epochs 20,50,100,200,400]
     .venv/bin/python benchmarks/word2vec_epochs.py --kb semeval
+    .venv/bin/python benchmarks/word2vec_epochs.py --kb seamonkey --epochs 400 --seeds 0,1,2,3,4  # the seed's spread
 
 Label-free training without the sentence encoder S trains word2vec for `unsupervised.W2V_UPDATES` token updates
 (epochs = updates / tokens, 20 to 200: `unsupervised.word2vec_updates`); with S, for the config's 20 epochs.
@@ -78,8 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kb", choices=["seamonkey", "semeval"], default="seamonkey")
     ap.add_argument("--epochs", default="20,50,100,200,400", help="comma-separated epoch counts")
+    ap.add_argument("--seeds", default="0",
+                    help="comma-separated word2vec seeds (each epoch count with each; the mined slice is seed 0's)")
     args = ap.parse_args(argv)
     epochs = [int(e) for e in args.epochs.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
 
     if args.kb == "seamonkey":
         tickets = seamonkey_tickets()
@@ -97,10 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     mined = mine_pairs(tickets, MiningConfig(), seed=0)
 
     rows = []
-    for n in epochs:
+    for n, seed in ((n, seed) for n in epochs for seed in seeds):
         started = time.time()
         config = label_free_config(pretrained=False, channels={"E": 1.0}, w2v_epochs=n)
-        splitter, vocab, _, vectors, source, _, _ = _unsupervised_parts(config, tickets, [], 0, None, False)
+        splitter, vocab, _, vectors, source, _, _ = _unsupervised_parts(config, tickets, [], seed, None, False)
         embed = SumEmbAlone(config, splitter, vocab, vectors)
         views = embed(mined.views)
         mined_rr = reciprocal_ranks(l1(embed(mined.held_out_queries), views), mined.held_out_truth)
@@ -113,15 +117,17 @@ def main(argv: list[str] | None = None) -> int:
             candidates = embed([dataclasses.replace(t, solution="") for t in pairs.tickets])  # subject + description
             d = np.abs(embed(pairs.queries)[pairs.q] - candidates[pairs.t]).sum(1)
             target = table.per_query_ap(-d)[table.n_relevant > 0] / 100.0
-        rows.append((n, source, mean_and_stderr(mined_rr), len(mined_rr), mean_and_stderr(target),
+        rows.append((n, seed, source, mean_and_stderr(mined_rr), len(mined_rr), mean_and_stderr(target),
                      time.time() - started))
-        print(f"{n} epochs done ({rows[-1][-1]:.0f} s)", file=sys.stderr, flush=True)
+        print(f"{n} epochs, seed {seed} done ({rows[-1][-1]:.0f} s)", file=sys.stderr, flush=True)
 
-    print(f"\n`.venv/bin/python benchmarks/word2vec_epochs.py --kb {args.kb} --epochs {args.epochs}`\n")
-    print(f"| word2vec | E alone: mined held-out MRR@{MRR_K} ({rows[0][3]} queries) | E alone: {target_name} | seconds |")
-    print("|---|---|---|---|")
-    for n, source, (m, m_se), _, (t, t_se), seconds in rows:
-        print(f"| {source.removeprefix('trained on the knowledge base ')} | {m:.3f} ± {m_se:.3f} | "
+    print(f"\n`.venv/bin/python benchmarks/word2vec_epochs.py --kb {args.kb} --epochs {args.epochs} "
+          f"--seeds {args.seeds}`\n")
+    print(f"| word2vec | seed | E alone: mined held-out MRR@{MRR_K} ({rows[0][4]} queries) | E alone: {target_name} | "
+          "seconds |")
+    print("|---|---|---|---|---|")
+    for n, seed, source, (m, m_se), _, (t, t_se), seconds in rows:
+        print(f"| {source.removeprefix('trained on the knowledge base ')} | {seed} | {m:.3f} ± {m_se:.3f} | "
               f"{t:.3f} ± {t_se:.3f} | {seconds:.0f} |")
     return 0
 
