@@ -17,7 +17,7 @@ network trains later), L1 distance, on:
     .venv/bin/python benchmarks/word2vec_epochs.py --kb seamonkey --epochs 400 --seeds 0,1,2,3,4  # the seed's spread
 
 Label-free training without the sentence encoder S trains word2vec for `unsupervised.W2V_UPDATES` token updates
-(epochs = updates / tokens, 20 to 200: `unsupervised.word2vec_updates`); with S, for the config's 20 epochs.
+(epochs = updates / tokens, 20 to 400: `unsupervised.word2vec_updates`); with S, for the config's 20 epochs.
 """
 from __future__ import annotations
 
