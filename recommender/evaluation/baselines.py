@@ -13,7 +13,7 @@ import numpy as np
 
 from ..data.records import Query
 from .duplicates import (BM25_NAME, MINILM_NAME, RRF_K, RRF_NAME, minilm_vectors, query_text,
-                         reciprocal_rank_fusion, ticket_text)
+                         reciprocal_rank_fusion, ticket_text, top_rows)
 from .experiments import BM25System, Split
 from .metrics import rank_by_score
 
@@ -39,8 +39,7 @@ class MiniLMSystem:
 
     def retrieve(self, query: Query, k: int):
         cosines = self._cosines(query)
-        order = np.lexsort((np.arange(len(cosines)), -cosines))[:k]
-        return [(self.ticket_ids[int(i)], float(cosines[i]), float(cosines[i])) for i in order]
+        return [(self.ticket_ids[int(i)], float(cosines[i]), float(cosines[i])) for i in top_rows(cosines, k)]
 
 
 class RRFSystem:
@@ -62,8 +61,7 @@ class RRFSystem:
     def retrieve(self, query: Query, k: int):
         fused = reciprocal_rank_fusion([[tid for tid, *_ in s.retrieve(query, self.n_tickets)] for s in self.systems],
                                        self.k)
-        order = sorted(fused, key=lambda tid: -fused[tid])[:k]  # stable: ties keep the first system's order
-        return [(tid, fused[tid], fused[tid]) for tid in order]
+        return [(tid, fused[tid], fused[tid]) for tid in list(fused)[:k]]
 
 
 def labelled_baselines(split: Split, progress: bool = False) -> dict:

@@ -181,7 +181,7 @@ def paired_line(by_metric: dict[str, dict]) -> str:
 
 
 # -- ready systems -----------------------------------------------------------------------------------------------
-def _top(scores: np.ndarray, n: int, keep: np.ndarray | None = None) -> np.ndarray:
+def top_rows(scores: np.ndarray, n: int, keep: np.ndarray | None = None) -> np.ndarray:
     """Rows of the n highest scores, best first, ties by row (only rows where `keep`, when given)."""
     rows = np.arange(len(scores)) if keep is None else np.flatnonzero(keep)
     order = np.lexsort((rows, -scores[rows]))[:n]
@@ -198,7 +198,7 @@ def bm25_ranker(tickets: Sequence[Ticket]) -> Ranker:
 
     def rank(query: Ticket, n: int) -> list[str]:
         scores = scorer.scores(query_text(query))
-        return [ids[int(r)] for r in _top(scores, n, scores > 0)]
+        return [ids[int(r)] for r in top_rows(scores, n, scores > 0)]
 
     return rank
 
@@ -234,19 +234,19 @@ def minilm_ranker(tickets: Sequence[Ticket], progress: bool = False) -> Ranker:
 
     def rank(query: Ticket, n: int) -> list[str]:
         q = minilm_vectors([query_text(query)])[0]
-        return [ids[int(r)] for r in _top(matrix @ q, n)]
+        return [ids[int(r)] for r in top_rows(matrix @ q, n)]
 
     return rank
 
 
 def reciprocal_rank_fusion(rankings: Iterable[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
     """Reciprocal-rank fusion (Cormack et al. 2009): id → Σ over `rankings` (ids best first) of 1 / (k + its rank),
-    ranks counted from 1; ids in the order they are first met."""
+    ranks counted from 1; best first, ties in the order the ids are first met (the first ranking's)."""
     fused: dict[str, float] = {}
     for ranking in rankings:
         for r, tid in enumerate(ranking, 1):
             fused[tid] = fused.get(tid, 0.0) + 1.0 / (k + r)
-    return fused
+    return {tid: fused[tid] for tid in sorted(fused, key=lambda tid: -fused[tid])}  # sorted() is stable
 
 
 def rrf_ranker(rankers: Sequence[Ranker], depth: int, k: int = RRF_K) -> Ranker:
@@ -256,8 +256,7 @@ def rrf_ranker(rankers: Sequence[Ranker], depth: int, k: int = RRF_K) -> Ranker:
     def rank(query: Ticket, n: int) -> list[str]:
         fused = reciprocal_rank_fusion(([tid for tid in ranker(query, depth + 1) if tid != query.id][:depth]
                                         for ranker in rankers), k)
-        order = sorted(fused, key=lambda tid: -fused[tid])  # stable: ties keep the first system's order
-        return order[:n]
+        return list(fused)[:n]
 
     return rank
 
