@@ -53,6 +53,17 @@ class TemporaryHome:
         subprocess.run([ticketrec, *cmd], env=self.env, check=True, stdout=subprocess.DEVNULL)
 
 
+def print_outcome(gain: dict, after, commands: list) -> None:
+    """The end of a feedback benchmark's report: after − before per query (`gain`, {metric: paired difference}), what
+    fine-tuning decided (`print_decisions`), the benchmark's command line and the ticketrec commands it ran."""
+    from recommender.evaluation.duplicates import paired_line
+
+    print(f"\nafter − before, per query [95 % paired bootstrap interval]: {paired_line(gain)}")
+    print_decisions(after)
+    print("\ncommand: .venv/bin/python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
+    print("ran: " + " ; ".join(f"ticketrec {c}" for c in commands))
+
+
 def print_decisions(after) -> None:
     """What fine-tuning decided, from the tuned model's record: S adapted and kept or not, weights re-selected or
     not, each with the judged queries' MRR@10 before and cross-validated."""
@@ -82,8 +93,7 @@ def main() -> None:
     from recommender.config import Settings
     from recommender.data.importers import load, load_links
     from recommender.data.store import Feedback, Store
-    from recommender.evaluation.duplicates import (EngineRanker, evaluate_duplicates, paired_against_first, paired_line,
-                                                   query_of)
+    from recommender.evaluation.duplicates import EngineRanker, evaluate_duplicates, paired_against_first, query_of
     from recommender.model.bundle import TicketModel
 
     if not Path(args.kb).exists():
@@ -130,10 +140,7 @@ def main() -> None:
         print(f"| {row['system']} | {row['MRR@10']:.3f} [{row['MRR@10_low']:.3f}, {row['MRR@10_high']:.3f}] | "
               f"{row['Acc@1']:.3f} | {row['Acc@5']:.3f} | {row['Acc@10']:.3f} |")
     [gain] = paired_against_first(rows[::-1], seed=args.seed).values()  # after − before, query by query
-    print(f"\nafter − before, per query [95 % paired bootstrap interval]: {paired_line(gain)}")
-    print_decisions(after)
-    print("\ncommand: .venv/bin/python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
-    print("ran: " + " ; ".join(f"ticketrec {c}" for c in commands))
+    print_outcome(gain, after, commands)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from feedback_seamonkey import TemporaryHome, print_decisions
+from feedback_seamonkey import TemporaryHome, print_outcome
 from shared_data import SEMEVAL
 
 #: (label, protocol, key of `metrics.per_query_values`) of the table.
@@ -40,6 +40,7 @@ def main() -> None:
 
     from recommender.evaluation import experiments as X
     from recommender.evaluation import metrics as M
+    from recommender.evaluation.saved_model import aligned_per_query
     from recommender.model.bundle import TicketModel
 
     for path in (args.train, args.test):
@@ -60,7 +61,8 @@ def main() -> None:
     per_query, means = {}, {}
     for name, model in (("before feedback", before), ("after feedback", after)):
         _, rr, kb = X._evaluate_system(X.ModelSystem(model, split, 1000), split, 10, False)
-        per_query[name] = {"rerank": M.per_query_values(rr.run(), rr.qrels), "kb": M.per_query_values(kb.run(), kb.qrels)}
+        per_query[name] = {"rerank": M.per_query_values(rr.run(), rr.qrels),
+                           "kb": M.per_query_values(kb.run(), kb.qrels)}
         means[name] = {label: float(np.mean([v[key] for v in per_query[name][protocol].values()]))
                        for label, protocol, key in FIGURES}
     data = split.describe()
@@ -72,16 +74,10 @@ def main() -> None:
         print(f"| {name} ({(before if name.startswith('before') else after).version[:12]}) | "
               + " | ".join(f"{row[label]:.2f}" if protocol == "rerank" else f"{row[label]:.3f}"
                            for label, protocol, _ in FIGURES) + " |")
-    gains = []
-    for label, protocol, key in FIGURES:
-        b, a = per_query["before feedback"][protocol], per_query["after feedback"][protocol]
-        queries = sorted(b)
-        d = M.paired_bootstrap_difference([a[q][key] for q in queries], [b[q][key] for q in queries], seed=args.seed)
-        gains.append(f"{label} {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
-    print("\nafter − before, per query [95 % paired bootstrap interval]: " + ", ".join(gains))
-    print_decisions(after)
-    print("\ncommand: .venv/bin/python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
-    print("ran: " + " ; ".join(f"ticketrec {c}" for c in commands))
+    gains = {label: M.paired_bootstrap_difference(
+        *aligned_per_query(per_query, "after feedback", "before feedback", protocol, key), seed=args.seed)
+        for label, protocol, key in FIGURES}
+    print_outcome(gains, after, commands)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ PAIRED = (("rerank MAP (official)", "rerank", "official_map"), ("rerank MRR (off
           ("KB MAP@10", "kb", "map@10"), ("KB Acc@10", "kb", "acc@10"))
 
 
-def _aligned(per_query: dict, first: str, other: str, protocol: str, key: str) -> tuple[list[float], list[float]]:
-    """Two systems' per-query values of one metric, over the same queries in the same order."""
+def aligned_per_query(per_query: dict, first: str, other: str, protocol: str,
+                      key: str) -> tuple[list[float], list[float]]:
+    """Two systems' per-query values of one metric (`per_query`: {system: {protocol: `metrics.per_query_values`}}),
+    over the same queries in the same order."""
     a, b = per_query[first][protocol], per_query[other][protocol]
     queries = sorted(a)
     return [a[q][key] for q in queries], [b[q][key] for q in queries]
@@ -89,8 +91,8 @@ def evaluate_saved_model(model_dir: str | Path, test: str | Path, *, candidates:
     per_query = {system_name: {"rerank": M.per_query_values(rr.run(), rr.qrels),
                                "kb": M.per_query_values(kb.run(), kb.qrels)}
                  for system_name, (_, rr, kb) in evaluated.items()}
-    paired = {system_name: {label: M.paired_bootstrap_difference(*_aligned(per_query, name, system_name, protocol, key),
-                                                                 n_boot, seed)
+    paired = {system_name: {label: M.paired_bootstrap_difference(
+                                *aligned_per_query(per_query, name, system_name, protocol, key), n_boot, seed)
                             for label, protocol, key in PAIRED}
               for system_name in evaluated if system_name != name}
     results = {
