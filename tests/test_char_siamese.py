@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from recommender.data.records import Query, Ticket
+from recommender.data.records import Query, Ticket, component_text
 from recommender.data.synthetic import generate
 from recommender.errors import InputError, ModelError
 from recommender.lexical.trigram import TrigramMatcher
 from recommender.model.char_siamese import (ARCH, CharBLSTM, CharSiamese, CharSiameseConfig, TrigramEncoder,
-                                            component_text, contrastive_loss, grid_model)
+                                            contrastive_loss, grid_model)
 
 #: Small enough to train in seconds on one thread; the structure (stacked BLSTM, mean, projection) is the paper's.
 TINY = dict(char_dim=8, hidden=16, layers=2, output_dim=16, epochs=2, batch_size=16)

@@ -117,6 +117,15 @@ class Query:
                 check_text(value, f"the {name}")
 
 
+def component_text(item: Query | Ticket, component: str, solution: bool = True) -> str:
+    """The text of `component` ("SUB", "SUB+DESC", "DESC+SOL", ...) of a query or ticket: its non-empty fields
+    joined by a newline (a query has no SOL; `solution=False` leaves a ticket's out, as when the ticket asks as a
+    query)."""
+    values = {"SUB": item.subject, "DESC": item.description,
+              "SOL": (getattr(item, "solution", "") or "") if solution else ""}
+    return "\n".join(v for v in (values[p] for p in component.split("+")) if v)
+
+
 @dataclass
 class LabeledPair:
     """A graded judgement of how well ticket `ticket_id` answers query `query_id` (1–5)."""

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from ..data.records import Query, Ticket
+from ..data.records import Query, Ticket, component_text
 from ..errors import InputError
 from .metrics import bootstrap_interval, bootstrap_samples, paired_bootstrap_difference
 
@@ -50,12 +50,12 @@ def query_of(ticket: Ticket) -> Query:
 
 def query_text(ticket: Ticket) -> str:
     """SUBJECT + DESCRIPTION of a query ticket as one text (the lexical and MiniLM query)."""
-    return "\n".join(part for part in (ticket.subject, ticket.description) if part)
+    return component_text(ticket, "SUB+DESC")
 
 
 def ticket_text(ticket: Ticket) -> str:
     """SUBJECT + DESCRIPTION + SOLUTION of a knowledge-base ticket as one text (the MiniLM document)."""
-    return "\n".join(part for part in (ticket.subject, ticket.description, ticket.solution) if part)
+    return component_text(ticket, "SUB+DESC+SOL")
 
 
 # -- the protocol ------------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from torch import nn
 from torch.func import functional_call
 from tqdm import tqdm
 
-from ..data.records import REL, YES, Query, Ticket
+from ..data.records import REL, YES, Query, Ticket, component_text
 from ..data.store import Dataset
 from ..errors import InputError, ModelError
 from ..files import atomic_directory
@@ -131,14 +131,6 @@ class CharSiameseConfig(SavedConfig):
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def component_text(item: Query | Ticket, component: str, solution: bool = True) -> str:
-    """The text of `component` ("SUB", "SUB+DESC", ...) of a query or ticket: its fields joined by a newline (a
-    query has no SOL; `solution=False` leaves a ticket's out, as when the ticket asks as a query)."""
-    values = {"SUB": item.subject, "DESC": item.description,
-              "SOL": (getattr(item, "solution", "") or "") if solution else ""}
-    return "\n".join(v for v in (values[p] for p in component.split("+")) if v)
 
 
 def contrastive_loss(energy: torch.Tensor, similar: torch.Tensor, margin: float) -> torch.Tensor:

@@ -20,9 +20,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..data.records import Query, Ticket
+from ..data.records import Query, Ticket, component_text
 from .bundle import TicketModel
-from .char_siamese import component_text
 from .judged import JudgedQueries, paired_gain
 from .mining import MiningConfig, split_ticket
 from .static_fit import fit_static_encoder

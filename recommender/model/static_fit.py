@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..data.records import Ticket
+from ..data.records import Ticket, component_text
 from ..lexical.analyzer import clean
 from .encoder_base import SentenceEncoder, file_checksums
 from .static_encoder import STATIC_FIT_DIR
@@ -45,7 +45,6 @@ MIN_TEXTS = 20
 
 def fit_texts(tickets: Sequence[Ticket], seed: int = 0) -> list[str]:
     """The distinct, cleaned, non-empty texts of up to `FIT_TICKETS` tickets (a seeded sample of larger sets)."""
-    from .char_siamese import component_text
 
     tickets = list(tickets)
     if len(tickets) > FIT_TICKETS:

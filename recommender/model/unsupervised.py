@@ -34,7 +34,7 @@ import torch
 from tqdm import tqdm
 
 from ..config import usable_cpus
-from ..data.records import NO, YES, Query, Ticket
+from ..data.records import NO, YES, Query, Ticket, component_text
 from ..data.store import Dataset
 from ..errors import InputError
 from ..lexical.bm25 import Bm25Scorer
@@ -607,10 +607,6 @@ def _prepared_calibration(model: TicketModel, mined: MinedPairs, tickets: Sequen
                                  progress)
 
 
-def _view_text(view: Ticket) -> str:
-    return "\n".join(part for part in (view.description, view.solution) if part)
-
-
 def adaptation_negatives(mined: MinedPairs, pairs: Sequence[tuple[int, int]], seed: int) -> tuple[list[int], int]:
     """A negative view row for each adaptation pair (training query index, its own view row): the query's hardest
     mined negative (`MinedPairs.train_hard`) when that is a training ticket's view, else a random training ticket's
@@ -654,11 +650,11 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
         rows = sorted(rng.choice(rows, mining.adapt_pairs, replace=False).tolist())
     read = model.model_input  # the texts as the model reads them (without template lines)
     anchors = [query_text(read(mined.train_queries[clean_queries[r]])) for r in rows]
-    positives = [_view_text(read(mined.views[r])) for r in rows]
+    positives = [component_text(read(mined.views[r]), "DESC+SOL") for r in rows]
     negatives, hard = None, 0
     if mining.adapt_hard_negatives:
         negative_rows, hard = adaptation_negatives(mined, [(clean_queries[r], r) for r in rows], seed)
-        negatives = [_view_text(read(mined.views[r])) for r in negative_rows]
+        negatives = [component_text(read(mined.views[r]), "DESC+SOL") for r in negative_rows]
     directory = scratch_directory()
     files = adapt(anchors, positives, directory, negatives=negatives, seed=seed, epochs=mining.adapt_epochs,
                   progress=progress)
@@ -666,7 +662,7 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
     truth = mined.held_out_truth
     ranked = ranked_rows(len(mined.views), truth, rng)
     own = np.searchsorted(ranked, truth)
-    texts = [_view_text(read(mined.views[int(r)])) for r in ranked]
+    texts = [component_text(read(mined.views[int(r)]), "DESC+SOL") for r in ranked]
     queries = [query_text(read(q)) for q in mined.held_out_queries]
     figures = {}
     backend = selected()[1]
