@@ -45,7 +45,6 @@ MIN_TEXTS = 20
 
 def fit_texts(tickets: Sequence[Ticket], seed: int = 0) -> list[str]:
     """The distinct, cleaned, non-empty texts of up to `FIT_TICKETS` tickets (a seeded sample of larger sets)."""
-
     tickets = list(tickets)
     if len(tickets) > FIT_TICKETS:
         rows = np.random.default_rng(seed).choice(len(tickets), FIT_TICKETS, replace=False)
