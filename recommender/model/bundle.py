@@ -33,7 +33,7 @@ from .embeddings import CharVocabulary
 from .extra_channels import CHANNEL_ARCH, CHANNELS_DIR, ChannelEncoder, channel_record, load_channel_encoders
 from ..errors import ModelError
 from ..files import atomic_directory
-from ..data.records import Query, Ticket
+from ..data.records import Query, Ticket, component_text
 from .siamese import MERGED, Featurizer, ReplicatedSiameseLSTM, SiameseConfig
 from ..lexical.analyzer import STOP_WORDS, NUMBER_TOKEN
 from .sentences import SentenceSplitter
@@ -308,11 +308,10 @@ class TicketModel:
         return encoder
 
     def _component_text(self, item, comp: str, side: str) -> str:
-        fields = {"SUB": item.subject, "DESC": item.description, "SOL": getattr(item, "solution", "") or ""}
+        """The text of metric component `comp` of a query or ticket (MERGED: the config's merged fields of `side`)."""
         if comp == MERGED:
-            parts = self.siamese_config.merged_query if side == "query" else self.siamese_config.merged_ticket
-            return "\n".join(fields[p] for p in parts if fields.get(p))
-        return fields[comp]
+            comp = "+".join(self.siamese_config.merged_query if side == "query" else self.siamese_config.merged_ticket)
+        return component_text(item, comp)
 
     def encode_prepared(self, prepared: Prepared, batch_size: int = 256, progress: bool = False,
                         keys: set[str] | None = None) -> EncodedBatch:
