@@ -38,7 +38,8 @@ if str(ROOT) not in sys.path:
 
 from recommender.data.importers import load  # noqa: E402
 from recommender.data.store import Dataset  # noqa: E402
-from recommender.evaluation.duplicates import duplicate_queries, query_of, query_text  # noqa: E402
+from recommender.data.records import query_text  # noqa: E402
+from recommender.evaluation.duplicates import duplicate_queries, query_of  # noqa: E402
 from recommender.lexical.bm25 import Bm25Scorer  # noqa: E402
 from recommender.model.bundle import TicketModel  # noqa: E402
 from recommender.model.mining import MiningConfig, mine_pairs  # noqa: E402

@@ -10,7 +10,7 @@ from recommender.config import Settings
 from recommender.errors import InputError
 from recommender.lexical.bm25 import Bm25Scorer
 from recommender.model.feedback import feedback_dataset, fine_tune
-from recommender.model.training import query_text
+from recommender.data.records import query_text
 from recommender.model.bundle import TicketModel
 from recommender.data.store import Feedback, Store
 

@@ -126,6 +126,12 @@ def component_text(item: Query | Ticket, component: str, solution: bool = True) 
     return "\n".join(v for v in (values[p] for p in component.split("+")) if v)
 
 
+def query_text(item: Query | Ticket) -> str:
+    """The text a query (or a ticket asking as one) is searched and encoded with: its subject and description,
+    never a solution."""
+    return component_text(item, "SUB+DESC")
+
+
 @dataclass
 class LabeledPair:
     """A graded judgement of how well ticket `ticket_id` answers query `query_id` (1–5)."""

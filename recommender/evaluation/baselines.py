@@ -11,8 +11,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..data.records import Query
-from .duplicates import (BM25_NAME, MINILM_NAME, RRF_K, RRF_NAME, minilm_vectors, query_text,
+from ..data.records import Query, query_text
+from .duplicates import (BM25_NAME, MINILM_NAME, RRF_K, RRF_NAME, minilm_vectors,
                          reciprocal_rank_fusion, ticket_text, top_rows)
 from .experiments import BM25System, Split
 from .metrics import rank_by_score

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from ..config import default, usable_cpus
 from ..errors import InputError
-from ..data.records import Query
+from ..data.records import Query, query_text
 from ..data.store import Dataset, Store
 from . import metrics as M
 from . import protocols as P
@@ -169,10 +169,6 @@ def _open_split(name: str, path: Path, out: Path | None) -> Split:
     store = Store(db)
     store.import_dataset(dataset)
     return Split(name, path, dataset, store, MemorySearcher(dataset.tickets))
-
-
-def query_text(query: Query) -> str:
-    return f"{query.subject}\n{query.description}"
 
 
 # -- systems: what a row becomes on one split ---------------------------------------------------------------------

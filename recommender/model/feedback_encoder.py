@@ -20,12 +20,11 @@ from typing import Sequence
 
 import numpy as np
 
-from ..data.records import Query, Ticket, component_text
+from ..data.records import Query, Ticket, component_text, query_text
 from .bundle import TicketModel
 from .judged import JudgedQueries, paired_gain
 from .mining import MiningConfig, split_ticket
 from .static_fit import fit_static_encoder
-from .training import query_text
 
 #: Pairs mined from the knowledge base that go with the judgements (fewer when it has fewer tickets).
 FEEDBACK_MINED_PAIRS = 100

@@ -15,10 +15,9 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from ..data.records import Query, Ticket
+from ..data.records import Query, Ticket, query_text
 from ..lexical.bm25 import Bm25Scorer
 from .bundle import TicketModel
-from .training import query_text
 from .unsupervised import RankedSlice, rank_distances, ranked_rows
 
 #: The distance that puts a query's own stored copy last (it is the query itself, not a competitor).

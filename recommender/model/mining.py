@@ -28,7 +28,7 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from ..data.records import NO, YES, Query, Ticket
+from ..data.records import NO, YES, Query, Ticket, query_text
 from ..errors import InputError
 from ..lexical.bm25 import Bm25Scorer
 from .augment import Augmenter
@@ -251,7 +251,7 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
                 if paraphrase is not None:
                     paraphrases.append(paraphrase)
                     paraphrase_truth.append(i)
-            rows, hard = negatives(f"{variant.subject}\n{variant.description}", i)
+            rows, hard = negatives(query_text(variant), i)
             if key == "train":
                 train_hard.append(rows[0] if hard else -1)
             for row, label in [(i, YES)] + [(r, NO) for r in rows]:

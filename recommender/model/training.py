@@ -24,7 +24,7 @@ from .calibration import Calibrator
 from .embeddings import CharVocabulary, align_vectors, load_word2vec, train_word2vec, word2vec_epochs
 from ..errors import InputError
 from .bundle import Prepared, TicketModel, _package_versions, build_topic_vocab, topic_documents
-from ..data.records import Query, Ticket
+from ..data.records import Query, Ticket, query_text
 from .adaptation import keep_saved_encoder
 from .static_fit import fit_static_encoder
 from .siamese import ReplicatedSiameseLSTM, SiameseConfig, metric_distance
@@ -86,11 +86,6 @@ def correlations(g: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
 # ---------------------------------------------------------------------------------------------------
 # the lexical feature of the BM25 channel: the one definition of recommender.lexical.bm25, as serving computes it
 # ---------------------------------------------------------------------------------------------------
-
-def query_text(query: Query) -> str:
-    """The text a query is searched with (subject, then description), in training as in serving."""
-    return f"{query.subject}\n{query.description}"
-
 
 def lexical_features(pairs: PairSet, kb: Sequence[Ticket] | Bm25Scorer) -> np.ndarray:
     """lexical(q, t) = bm25(q, t) / max over the knowledge base of bm25(q, ·) for every labelled pair, with the

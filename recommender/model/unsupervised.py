@@ -34,7 +34,7 @@ import torch
 from tqdm import tqdm
 
 from ..config import usable_cpus
-from ..data.records import NO, YES, Query, Ticket, component_text
+from ..data.records import NO, YES, Query, Ticket, component_text, query_text
 from ..data.store import Dataset
 from ..errors import InputError
 from ..lexical.bm25 import Bm25Scorer
@@ -47,7 +47,7 @@ from .adaptation import keep_saved_encoder
 from .static_fit import fit_static_encoder, runs_static
 from .siamese import MERGED, TABLE2_PAIRS, ReplicatedSiameseLSTM, SiameseConfig
 from .training import (PairSet, PreparedPairs, _seed_everything, _unit_scale, _unsupervised_parts, cross_scores,
-                       dataset_fingerprint, fit, lexical_features, pair_scores, query_text)
+                       dataset_fingerprint, fit, lexical_features, pair_scores)
 from .vocab import EOS, UNK_ID
 
 #: The weight grid of label-free selection. The held-out slice holds hundreds of queries ranked against the

@@ -59,7 +59,7 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from tqdm import tqdm
 
-from ..data.records import Query, Ticket
+from ..data.records import Query, Ticket, query_text
 from ..errors import InputError, ModelError
 from ..files import atomic_directory
 from ..lexical.analyzer import tokenize
@@ -744,7 +744,7 @@ def ranker(model: VarSiamese, tickets: Sequence[Ticket], prefilter=None, candida
     def rank(query: Ticket, n: int) -> list[str]:
         q = model.encode_queries([Query(query.subject, query.description, query.id)])[0]
         if prefilter is not None and candidates > 0:
-            rows, _ = prefilter(f"{query.subject}\n{query.description}", candidates + 1)
+            rows, _ = prefilter(query_text(query), candidates + 1)
             rows = np.asarray(rows, dtype=np.int64)
         else:
             rows = np.arange(len(ids))

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..config import Settings
 from ..errors import IndexStateError, InputError, ServiceUnavailable
-from ..data.records import Query, Recommendation, Ticket
+from ..data.records import Query, Recommendation, Ticket, component_text, query_text
 from ..lexical.analyzer import content_words, tokenize
 from .distributed import CircuitBreaker
 
@@ -35,13 +35,13 @@ monotonic = time.monotonic
 
 def query_words(query: Query) -> list[str]:
     """The query's content words, in order (tokenised once per query)."""
-    return content_words(tokenize(f"{query.subject}\n{query.description}"))
+    return content_words(tokenize(query_text(query)))
 
 
 def shared_terms(query: Query | list[str], ticket: Ticket) -> list[str]:
     """Content words that occur in both the query (or its `query_words`) and the ticket, in the query's order."""
     words = query_words(query) if isinstance(query, Query) else query
-    ticket_words = set(content_words(tokenize(f"{ticket.subject}\n{ticket.description}\n{ticket.solution}")))
+    ticket_words = set(content_words(tokenize(component_text(ticket, "SUB+DESC+SOL"))))
     seen: set[str] = set()
     out = []
     for word in words:
@@ -287,7 +287,7 @@ class Recommender:
         lexical = bool(float(index.metric_spec.get("bm25", 0.0) or 0.0))  # does the model weigh BM25?
         if exhaustive and not lexical:
             return None, None
-        text = f"{query.subject}\n{query.description}"
+        text = query_text(query)
         searcher = self._searcher_for(index)
         try:
             if exhaustive:
