@@ -110,7 +110,7 @@ def validate_query(query: Query, settings: Settings) -> None:
     if len(query.description or "") > settings.max_description:
         raise InputError(f"the description has {len(query.description)} characters, more than the "
                          f"{settings.max_description} accepted; shorten it (or raise TICKETREC_MAX_DESCRIPTION)")
-    if not tokenize(f"{subject}\n{description}"):
+    if not tokenize(query_text(query)):
         raise InputError("the query has no words (only punctuation or markup); describe the problem in words")
 
 
