@@ -316,8 +316,8 @@ def semeval_map(encoder, limit: int | None) -> float:
 
 def seamonkey_mrr(encoder, limit: int | None) -> tuple[float, float, float]:
     """MiniLM-style zero-shot MRR@10 (and its 95 % interval) on the SeaMonkey duplicates."""
-    from recommender.data.records import query_text
-    from recommender.evaluation.duplicates import evaluate_duplicates, ticket_text
+    from recommender.data.records import query_text, ticket_text
+    from recommender.evaluation.duplicates import evaluate_duplicates
 
     tickets = seamonkey_tickets()
     links = seamonkey_links(t.id for t in tickets)

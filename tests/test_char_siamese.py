@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from recommender.data.records import Query, Ticket, component_text, query_text
+from recommender.data.records import Query, Ticket, component_text, query_text, ticket_text
 from recommender.data.synthetic import generate
 from recommender.errors import InputError, ModelError
 from recommender.lexical.trigram import TrigramMatcher
@@ -75,6 +75,8 @@ def test_components_and_config_checks():
     assert component_text(Query("Pump trips", "At start-up."), "SUB+DESC+SOL") == "Pump trips\nAt start-up."
     assert query_text(ticket) == "Pump trips\nAt start-up."  # what a ticket asks as a query: never its solution
     assert query_text(Query("Pump trips", "")) == query_text(Query("", "Pump trips")) == "Pump trips"
+    assert ticket_text(ticket) == "Pump trips\nAt start-up.\nReplaced the relay."  # MiniLM's document
+    assert ticket_text(Ticket("T2", "Pump trips", "", "")) == "Pump trips"
     with pytest.raises(InputError, match="component 'SUBJECT'"):
         CharSiameseConfig(component="SUBJECT")
     with pytest.raises(InputError, match="unknown char-siamese option.*units"):

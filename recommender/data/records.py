@@ -132,6 +132,12 @@ def query_text(item: Query | Ticket) -> str:
     return component_text(item, "SUB+DESC")
 
 
+def ticket_text(ticket: Ticket) -> str:
+    """A stored ticket's whole text: its non-empty subject, description and solution joined (MiniLM's document,
+    and the words a result is said to share with its query)."""
+    return component_text(ticket, "SUB+DESC+SOL")
+
+
 @dataclass
 class LabeledPair:
     """A graded judgement of how well ticket `ticket_id` answers query `query_id` (1–5)."""

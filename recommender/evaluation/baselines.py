@@ -11,9 +11,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..data.records import Query, query_text
-from .duplicates import (BM25_NAME, MINILM_NAME, RRF_K, RRF_NAME, minilm_vectors,
-                         reciprocal_rank_fusion, ticket_text, top_rows)
+from ..data.records import Query, query_text, ticket_text
+from .duplicates import BM25_NAME, MINILM_NAME, RRF_K, RRF_NAME, minilm_vectors, reciprocal_rank_fusion, top_rows
 from .experiments import BM25System, Split
 from .metrics import rank_by_score
 

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from ..data.records import Query, Ticket, component_text, query_text
+from ..data.records import Query, Ticket, query_text, ticket_text
 from ..errors import InputError
 from .metrics import bootstrap_interval, bootstrap_samples, paired_bootstrap_difference
 
@@ -46,11 +46,6 @@ BM25_NAME, MINILM_NAME, RRF_NAME = "BM25", "MiniLM (zero-shot)", f"RRF BM25+Mini
 def query_of(ticket: Ticket) -> Query:
     """The query a ticket asks when it is a new ticket: its subject and description (never its solution)."""
     return Query(ticket.subject, ticket.description, ticket.id)
-
-
-def ticket_text(ticket: Ticket) -> str:
-    """SUBJECT + DESCRIPTION + SOLUTION of a knowledge-base ticket as one text (the MiniLM document)."""
-    return component_text(ticket, "SUB+DESC+SOL")
 
 
 # -- the protocol ------------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from torch import nn
 from torch.func import functional_call
 from tqdm import tqdm
 
-from ..data.records import REL, YES, Query, Ticket, component_text
+from ..data.records import REL, YES, Query, Ticket, component_text, ticket_text
 from ..data.store import Dataset
 from ..errors import InputError, ModelError
 from ..files import atomic_directory
@@ -545,7 +545,7 @@ def knowledge_base_augmenter(tickets: Sequence[Ticket], seed: int = 0) -> Augmen
     trained on the tickets' text (`augment.induce_synonyms`), extra words from its frequent words."""
     from .embeddings import train_word2vec
 
-    sentences = [tokenize(component_text(t, "SUB+DESC+SOL")) for t in tickets]
+    sentences = [tokenize(ticket_text(t)) for t in tickets]
     synonyms: dict[str, list[str]] = {}
     if any(sentences):
         vectors = train_word2vec(sentences, dim=100, seed=seed, epochs=5, min_count=3)

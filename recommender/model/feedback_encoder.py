@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..data.records import Query, Ticket, component_text, query_text
+from ..data.records import Query, Ticket, query_text, ticket_text
 from .bundle import TicketModel
 from .judged import JudgedQueries, paired_gain
 from .mining import MiningConfig, split_ticket
@@ -61,9 +61,9 @@ def adapt_on_feedback(model: TicketModel, judged: JudgedQueries, knowledge_base:
         return model, None
     base = model.sentence_encoder().model  # the model's own S, on torch: fine-tuning starts here
     read = model.model_input  # the texts as the model reads them (without template lines)
-    judgements = [(query_text(read(q)), component_text(read(judged.kb[int(judged.ranked[t])]), "SUB+DESC+SOL"))
+    judgements = [(query_text(read(q)), ticket_text(read(judged.kb[int(judged.ranked[t])])))
                   for q, t in zip(judged.queries, judged.truth)]
-    mined = [(query_text(read(q)), component_text(read(v), "SUB+DESC+SOL"))
+    mined = [(query_text(read(q)), ticket_text(read(v)))
              for q, v in _mined_splits(knowledge_base, seed)]
     spec = model.metric_spec()
     current = judged.ranked_slice(model, progress).reciprocal_ranks(spec)

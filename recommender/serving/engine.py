@@ -23,7 +23,7 @@ import numpy as np
 
 from ..config import Settings
 from ..errors import IndexStateError, InputError, ServiceUnavailable
-from ..data.records import Query, Recommendation, Ticket, component_text, query_text
+from ..data.records import Query, Recommendation, Ticket, query_text, ticket_text
 from ..lexical.analyzer import content_words, tokenize
 from .distributed import CircuitBreaker
 
@@ -41,7 +41,7 @@ def query_words(query: Query) -> list[str]:
 def shared_terms(query: Query | list[str], ticket: Ticket) -> list[str]:
     """Content words that occur in both the query (or its `query_words`) and the ticket, in the query's order."""
     words = query_words(query) if isinstance(query, Query) else query
-    ticket_words = set(content_words(tokenize(component_text(ticket, "SUB+DESC+SOL"))))
+    ticket_words = set(content_words(tokenize(ticket_text(ticket))))
     seen: set[str] = set()
     out = []
     for word in words:
