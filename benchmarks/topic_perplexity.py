@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from recommender.data.importers import load  # noqa: E402
-from recommender.data.records import Ticket  # noqa: E402
+from recommender.data.records import Ticket, query_text, ticket_text  # noqa: E402
 from recommender.lexical.analyzer import content_words, tokenize  # noqa: E402
 from topic_models.perplexity import build_id_documents, compare, markdown_table  # noqa: E402
 
@@ -36,7 +36,7 @@ def ticket_tokens(tickets: list[Ticket], with_solution: bool, stop_words: bool) 
     """One token document per ticket: SUB+DESC, or SUB+DESC+SOL."""
     docs = []
     for t in tickets:
-        tokens = tokenize(t.subject) + tokenize(t.description) + (tokenize(t.solution) if with_solution else [])
+        tokens = tokenize(ticket_text(t) if with_solution else query_text(t))
         docs.append(tokens if stop_words else content_words(tokens))
     return docs
 
