@@ -167,3 +167,19 @@ def test_ties_keep_the_lowest_rows_and_buffers_come_back_clean(tmp_path):
         assert list(zip(top_rows.tolist(), top_scores.tolist())) == expected[:k]
     assert bm25.top_k("pump seal oil", 7)[0].tolist() == [1, 2, 4, 5, 7, 8, 10]  # 40 equal scores: lowest rows
     assert all(not acc.any() for acc, _ in bm25._spare)  # every accumulator went back zeroed
+
+
+def test_word_idf_is_the_rarest_term_of_a_word_and_the_floor_for_common_ones(tmp_path):
+    from recommender.lexical.bm25 import MIN_IDF, idf
+    from recommender.lexical.postings import Bm25Postings
+
+    tickets = [Ticket(f"t{i}", "SeaMonkey: steps to reproduce",
+                      f"User agent mozilla/5.0 ({'bearing wear' if i == 3 else 'pump'})", "") for i in range(10)]
+    builder = PostingsBuilder(len(tickets))
+    builder.add(np.arange(len(tickets)), ticket_terms(tickets))
+    bm25 = Bm25Postings.open(tmp_path, builder.write(tmp_path), len(tickets))
+    assert bm25.word_idf("bearing") == pytest.approx(idf(1, 10))
+    assert bm25.word_idf("pump") == MIN_IDF  # 9 of the 10 tickets
+    assert bm25.word_idf("bearings") == bm25.word_idf("bearing")  # one stem
+    assert bm25.word_idf("seamonkey") == bm25.word_idf("mozilla/5.0") == MIN_IDF  # every ticket's; 5 and 0 as well
+    assert bm25.word_idf("the") == MIN_IDF  # a stop word is no term

@@ -16,6 +16,7 @@ from recommender.serving.index import build_index, current_version
 from recommender.data.records import Query, Ticket
 from recommender.data.store import Dataset, Store
 from recommender.lexical.analyzer import content_words, tokenize
+from recommender.lexical.bm25 import MIN_IDF
 
 
 @pytest.fixture(scope="module")
@@ -160,10 +161,12 @@ def test_each_recommendation_explains_itself(served, model, tiny_model):
     engine = Recommender(settings, store=store, model=model)
     results = engine.recommend(query, k=3)
     qwords = set(content_words(tokenize(f"{query.subject} {query.description}")))
+    word_idf = engine.index.bm25.word_idf
     for r in results:
         t = r.ticket
         twords = set(content_words(tokenize(f"{t.subject} {t.description} {t.solution}")))
-        assert set(r.shared_terms) == qwords & twords
+        assert set(r.shared_terms) == {w for w in qwords & twords if word_idf(w) > MIN_IDF}  # the telling ones
+        assert [word_idf(w) for w in r.shared_terms] == sorted(map(word_idf, r.shared_terms), reverse=True)  # rarest first
         assert len(r.topics) == (3 if "T" in r.channel_shares else 0)  # topics only when they weigh
         if r.topics:  # the engine's topic words (computed once per model) are the model's
             assert r.topics == model.top_topics(engine.index.vectors, engine.index.row_of[t.id], n=3)
@@ -192,6 +195,13 @@ def test_shared_terms_keep_query_order_without_stop_words():
     q = Query("Turbine vibration", "The turbine shows vibration at the bearing")
     t = Ticket("x", "bearing wear", "vibration on the bearing", "replace the bearing")
     assert shared_terms(q, t) == ["vibration", "bearing"]
+
+
+def test_weighted_shared_terms_leave_out_words_in_half_the_tickets_and_come_rarest_first():
+    q = Query("Turbine vibration", "The turbine shows vibration and noise at the bearing")
+    t = Ticket("x", "turbine bearing wear", "vibration and noise on the bearing", "replace the bearing")
+    word_idf = {"turbine": MIN_IDF, "vibration": 1.2, "noise": 1.2, "bearing": 2.5}.__getitem__
+    assert shared_terms(q, t, word_idf) == ["bearing", "vibration", "noise"]  # equal weights keep the query's order
 
 
 def test_bad_queries_get_clear_errors(served, model):

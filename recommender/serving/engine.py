@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from dataclasses import asdict, dataclass, field
-from typing import Iterator, Sequence, overload
+from typing import Callable, Iterator, Sequence, overload
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from ..config import Settings
 from ..errors import IndexStateError, InputError, ServiceUnavailable
 from ..data.records import Query, Recommendation, Ticket, query_text, ticket_text
 from ..lexical.analyzer import content_words, tokenize
+from ..lexical.bm25 import MIN_IDF
 from .distributed import CircuitBreaker
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,13 @@ def query_words(query: Query) -> list[str]:
     return content_words(tokenize(query_text(query)))
 
 
-def shared_terms(query: Query | list[str], ticket: Ticket) -> list[str]:
-    """Content words that occur in both the query (or its `query_words`) and the ticket, in the query's order."""
+def shared_terms(query: Query | list[str], ticket: Ticket, word_idf: Callable[[str], float] | None = None) -> list[str]:
+    """Content words that occur in both the query (or its `query_words`) and the ticket, in the query's order.
+
+    With `word_idf` (a word's IDF in the knowledge base: `Bm25Postings.word_idf`) only the words that tell tickets
+    apart, rarest first (ties in the query's order): a word in half the tickets or more, which BM25 weighs at its
+    floor (a form's "steps to reproduce", the product's own name), says nothing about why this ticket came up.
+    """
     words = query_words(query) if isinstance(query, Query) else query
     ticket_words = set(content_words(tokenize(ticket_text(ticket))))
     seen: set[str] = set()
@@ -48,7 +54,10 @@ def shared_terms(query: Query | list[str], ticket: Ticket) -> list[str]:
         if word in ticket_words and word not in seen:
             seen.add(word)
             out.append(word)
-    return out
+    if word_idf is None:
+        return out
+    weight = {word: word_idf(word) for word in out}
+    return sorted((word for word in out if weight[word] > MIN_IDF), key=lambda word: -weight[word])
 
 
 @dataclass(frozen=True)
@@ -255,13 +264,13 @@ class Recommender:
         calibrated = model.calibrate(raw) if len(raw) else raw
         shares = result_channel_shares(index, query_vecs, best, rows, bm25)
         out = []
-        words = query_words(query)
+        words, word_idf = query_words(query), index.bm25.word_idf  # the version's own IDFs choose the shared terms
         with_topics = index.metric_spec["channels"].get("T", 0.0) > 0  # topics say why only when T weighs
         for rank, ((tid, g, bm), score, share) in enumerate(zip(best, calibrated, shares), start=1):
             ticket = tickets[tid]
             out.append(Recommendation(
                 ticket=ticket, rank=rank, raw_score=float(g), score=float(score),
-                shared_terms=shared_terms(words, ticket),
+                shared_terms=shared_terms(words, ticket, word_idf),
                 topics=result_topics(model, index.vectors, index.row_of[tid], n=3) if with_topics else [],
                 bm25=None if bm is None else float(bm), channel_shares=share,
             ))
