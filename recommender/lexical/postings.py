@@ -48,7 +48,8 @@ import numpy as np
 
 from ..data.records import Ticket
 from ..errors import IndexStateError
-from .analyzer import MAX_QUERY_TERMS, fts5_stem, query_terms
+from .analyzer import MAX_QUERY_TERMS, fts5_stem
+from .analyzer import query_terms as text_terms  # (not the method `Bm25Postings.query_terms`)
 from .bm25 import (BM25_B, BM25_K1, DEFAULT_WEIGHTS, FIELDS, MIN_IDF, document_terms, idf, impacts, length_norm,
                    query_stems)
 
@@ -709,7 +710,7 @@ class Bm25Postings:
     def word_idf(self, word: str) -> float:
         """A word's IDF as BM25 weighs it over these tickets: its rarest term's (to BM25 "mozilla/5.0" is the terms
         mozilla, 5 and 0), `MIN_IDF` when every term of it is in half the tickets or more, or is a stop word."""
-        return max((idf(self._df_of.get(fts5_stem(t), 0), self.n_docs) for t in query_terms(word)), default=MIN_IDF)
+        return max((idf(self._df_of.get(fts5_stem(t), 0), self.n_docs) for t in text_terms(word)), default=MIN_IDF)
 
     def query_plan(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """(term ids, IDFs) of the query's terms that the index holds, as FTS5 would weigh them."""
