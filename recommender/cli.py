@@ -936,7 +936,7 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
     --subject and --description. The index version answers with the model it was built with."""
     from .data.records import Query
     from .errors import InputError
-    from .serving.engine import Recommender
+    from .serving.engine import CHANNEL_LABELS, Recommender, share_percentages
     from .serving.index import open_version
 
     if text is not None:
@@ -962,6 +962,8 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
         solution = " ".join(t.solution.split())
         click.echo(f"    solution: {solution[:300]}{'…' if len(solution) > 300 else ''}" if solution
                    else "    solution: (no solution recorded)")
+        why = ", ".join(f"{CHANNEL_LABELS.get(c, (c,))[0]} {p} %" for c, p in share_percentages(r.channel_shares))
+        click.echo(f"    why: {why or 'no channel sets it apart from the typical candidate'}")
         if r.shared_terms:
             click.echo(f"    shared terms: {', '.join(r.shared_terms[:12])}")
         if r.topics:

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from recommender.cli import main
 from recommender.config import Settings
-from recommender.serving.engine import Recommender, shared_terms
+from recommender.serving.engine import CHANNEL_LABELS, Recommender, share_percentages, shared_terms
 from recommender.errors import IndexStateError, InputError
 from recommender.serving.index import build_index, current_version
 from recommender.data.records import Query, Ticket
@@ -289,8 +289,13 @@ def test_cli_recommend_prints_json_and_text(served):
     data = json.loads(out.output)
     assert len(data["results"]) == 4 and [r["rank"] for r in data["results"]] == [1, 2, 3, 4]
     assert {"score", "raw_score", "bm25", "shared_terms", "topics", "ticket"} <= set(data["results"][0])
-    text = runner.invoke(main, ["recommend", "--subject", "oil pressure", "--description", "low oil pressure"], env=env)
-    assert text.exit_code == 0 and "solution:" in text.output
+    text = runner.invoke(main, ["recommend", "--subject", "oil pressure", "--description",
+                                "low oil pressure on the lube pump", "-k", "4"], env=env)
+    assert text.exit_code == 0 and text.output.count("solution:") == 4
+    whys = [line.split("why: ", 1)[1] for line in text.output.splitlines() if line.startswith("    why: ")]
+    assert whys == [", ".join(f"{CHANNEL_LABELS[c][0]} {p} %" for c, p in share_percentages(r["channel_shares"]))
+                    or "no channel sets it apart from the typical candidate" for r in data["results"]]
+    assert all(sum(int(p.rsplit(" ", 2)[1]) for p in why.split(", ")) == 100 for why in whys if "%" in why)
     empty = runner.invoke(main, ["recommend"], env=env)
     assert empty.exit_code == 1 and "empty" in empty.output and "Traceback" not in empty.output
 

@@ -12,6 +12,7 @@ from markupsafe import Markup
 from recommender.errors import InputError, TicketrecError
 from recommender.data.records import Recommendation
 from recommender.data.store import Feedback
+from recommender.serving.engine import CHANNEL_LABELS, share_percentages
 
 from . import auth
 from .forms import FeedbackForm, LoginForm, SearchForm
@@ -45,17 +46,6 @@ class ResultCard:
     why: list[dict[str, Any]] = field(default_factory=list)
 
 
-#: Readable names of the metric's channels (`Recommendation.channel_shares` keys) and what each one is.
-CHANNEL_LABELS = {
-    "bm25": ("words in common", "BM25 over the subject, description and solution"),
-    "S": ("meaning", "pretrained sentence encoder (MiniLM)"),
-    "T": ("topics", "DocNADE topic mix"),
-    "h": ("LSTM", "LSTM trained on this knowledge base's pairs"),
-    "E": ("word embeddings", "IDF-weighted mean of the word vectors"),
-    "C": ("spelling", "character-level Siamese BLSTM (robust to typos and word order)"),
-    "V": ("intent", "variational Siamese encoder (Gaussian intents)"),
-}
-
 #: The one-sentence definition of a share (the "why" line's tooltip; docs/internals.md says the same).
 WHY_DEFINITION = ("Each channel's share of how much closer this ticket is to your query than the typical candidate "
                   "(the median of the tickets scored for it), channel by channel; a channel where it is no closer "
@@ -63,19 +53,10 @@ WHY_DEFINITION = ("Each channel's share of how much closer this ticket is to you
 
 
 def _why(shares: dict[str, float]) -> list[dict[str, Any]]:
-    """Shares as whole percentages that add up to 100 (largest remainder), largest first; 0 % left out."""
-    items = [(c, float(v)) for c, v in shares.items() if float(v) > 0.0]
-    if not items:
-        return []
-    total = sum(v for _, v in items)
-    raw = [(c, 100.0 * v / total) for c, v in items]
-    percent = {c: int(p) for c, p in raw}
-    for c, _ in sorted(raw, key=lambda cp: cp[1] - int(cp[1]), reverse=True)[: 100 - sum(percent.values())]:
-        percent[c] += 1
+    """Shares as whole percentages that add up to 100 (`share_percentages`), largest first, each with its label,
+    title and where its segment of the bar starts."""
     out, x = [], 0
-    for c, p in sorted(percent.items(), key=lambda cp: -cp[1]):
-        if p <= 0:
-            continue
+    for c, p in share_percentages(shares):
         label, title = CHANNEL_LABELS.get(c, (c, c))
         out.append({"channel": c, "label": label, "title": title, "percent": p, "x": x})
         x += p

@@ -356,6 +356,32 @@ def result_topics(model, ticket_vecs, row: int, n: int = 3) -> list[dict]:
     return [{"id": int(i), "weight": float(vec[i]), "words": words[i] if i < len(words) else []} for i in best]
 
 
+#: Readable names of the metric's channels (`Recommendation.channel_shares` keys) and what each one is.
+CHANNEL_LABELS = {
+    "bm25": ("words in common", "BM25 over the subject, description and solution"),
+    "S": ("meaning", "pretrained sentence encoder (MiniLM)"),
+    "T": ("topics", "DocNADE topic mix"),
+    "h": ("LSTM", "LSTM trained on this knowledge base's pairs"),
+    "E": ("word embeddings", "IDF-weighted mean of the word vectors"),
+    "C": ("spelling", "character-level Siamese BLSTM (robust to typos and word order)"),
+    "V": ("intent", "variational Siamese encoder (Gaussian intents)"),
+}
+
+
+def share_percentages(shares: dict[str, float]) -> list[tuple[str, int]]:
+    """(channel, whole percent) of a result's `channel_shares`, adding up to 100 (largest remainder), largest
+    first; channels at 0 % left out (an empty list when no channel sets the result apart)."""
+    items = [(c, float(v)) for c, v in shares.items() if float(v) > 0.0]
+    if not items:
+        return []
+    total = sum(v for _, v in items)
+    raw = [(c, 100.0 * v / total) for c, v in items]
+    percent = {c: int(p) for c, p in raw}
+    for c, _ in sorted(raw, key=lambda cp: cp[1] - int(cp[1]), reverse=True)[: 100 - sum(percent.values())]:
+        percent[c] += 1
+    return [(c, p) for c, p in sorted(percent.items(), key=lambda cp: -cp[1]) if p > 0]
+
+
 def result_channel_shares(index, query_vecs, best: Sequence[tuple[str, float, float | None]], rows=None,
                           bm25=None) -> list[dict[str, float]]:
     """Each result's channel shares (`scoring.channel_shares`) against an evenly spaced sample of at most
