@@ -166,7 +166,8 @@ def test_each_recommendation_explains_itself(served, model, tiny_model):
         t = r.ticket
         twords = set(content_words(tokenize(f"{t.subject} {t.description} {t.solution}")))
         assert set(r.shared_terms) == {w for w in qwords & twords if word_idf(w) > MIN_IDF}  # the telling ones
-        assert [word_idf(w) for w in r.shared_terms] == sorted(map(word_idf, r.shared_terms), reverse=True)  # rarest first
+        weights = [word_idf(w) for w in r.shared_terms]
+        assert weights == sorted(weights, reverse=True)  # rarest first
         assert len(r.topics) == (3 if "T" in r.channel_shares else 0)  # topics only when they weigh
         if r.topics:  # the engine's topic words (computed once per model) are the model's
             assert r.topics == model.top_topics(engine.index.vectors, engine.index.row_of[t.id], n=3)

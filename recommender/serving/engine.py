@@ -264,13 +264,14 @@ class Recommender:
         calibrated = model.calibrate(raw) if len(raw) else raw
         shares = result_channel_shares(index, query_vecs, best, rows, bm25)
         out = []
-        words, word_idf = query_words(query), index.bm25.word_idf  # the version's own IDFs choose the shared terms
+        words, version_idf = query_words(query), index.bm25.word_idf
+        idf_of = {word: version_idf(word) for word in dict.fromkeys(words)}  # once a query: they choose shared terms
         with_topics = index.metric_spec["channels"].get("T", 0.0) > 0  # topics say why only when T weighs
         for rank, ((tid, g, bm), score, share) in enumerate(zip(best, calibrated, shares), start=1):
             ticket = tickets[tid]
             out.append(Recommendation(
                 ticket=ticket, rank=rank, raw_score=float(g), score=float(score),
-                shared_terms=shared_terms(words, ticket, word_idf),
+                shared_terms=shared_terms(words, ticket, idf_of.__getitem__),
                 topics=result_topics(model, index.vectors, index.row_of[tid], n=3) if with_topics else [],
                 bm25=None if bm is None else float(bm), channel_shares=share,
             ))
