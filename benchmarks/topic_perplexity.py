@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from recommender.data.importers import load  # noqa: E402
-from recommender.data.records import Ticket, query_text, ticket_text  # noqa: E402
-from recommender.lexical.analyzer import content_words, tokenize  # noqa: E402
+from recommender.data.records import Ticket  # noqa: E402
+from recommender.lexical.analyzer import token_documents  # noqa: E402
 from topic_models.perplexity import build_id_documents, compare, markdown_table  # noqa: E402
 
 SEMEVAL_DIR = ROOT.parent / "shared" / "data" / "semeval2016"
@@ -32,19 +32,10 @@ def read_semeval_tickets(path: Path) -> list[Ticket]:
     return list(load(path).tickets)
 
 
-def ticket_tokens(tickets: list[Ticket], with_solution: bool, stop_words: bool) -> list[list[str]]:
-    """One token document per ticket: SUB+DESC, or SUB+DESC+SOL."""
-    docs = []
-    for t in tickets:
-        tokens = tokenize(ticket_text(t) if with_solution else query_text(t))
-        docs.append(tokens if stop_words else content_words(tokens))
-    return docs
-
-
 def run(name: str, train: list[Ticket], heldout: list[Ticket], args) -> str:
     def texts(tickets):
-        return {"SUB+DESC": ticket_tokens(tickets, False, args.stop_words),
-                "SUB+DESC+SOL": ticket_tokens(tickets, True, args.stop_words)}
+        return {"SUB+DESC": token_documents(tickets, False, args.stop_words),
+                "SUB+DESC+SOL": token_documents(tickets, True, args.stop_words)}
 
     train_texts, held_texts = texts(train), texts(heldout)
     words, train_ids, held_ids = build_id_documents(train_texts, held_texts, vocab_from="SUB+DESC+SOL",

@@ -552,14 +552,9 @@ def topics() -> None:
 def _topic_texts(path: str, with_solution: bool, stop_words: bool) -> list[list[str]]:
     """One token document per ticket of a data file: SUB+DESC, or SUB+DESC+SOL."""
     from .data.importers import load
-    from .data.records import query_text, ticket_text
-    from .lexical.analyzer import content_words, tokenize
+    from .lexical.analyzer import token_documents
 
-    docs = []
-    for t in load(path).tickets:
-        tokens = tokenize(ticket_text(t) if with_solution else query_text(t))
-        docs.append(tokens if stop_words else content_words(tokens))
-    return docs
+    return token_documents(load(path).tickets, with_solution, stop_words)
 
 
 @topics.command("perplexity")

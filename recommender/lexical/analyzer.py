@@ -14,6 +14,8 @@ from collections import Counter
 from functools import lru_cache
 from typing import Iterable
 
+from ..data.records import Ticket, query_text, ticket_text
+
 NUMBER_TOKEN = "##"
 _NUMBER = re.compile(r"^[+-]?\d[\d.,:/%-]*[a-z]{0,3}$")
 _TAG = re.compile(r"<[^>]{0,200}>")
@@ -67,6 +69,16 @@ def tokenize_clean(text: str) -> list[str]:
 def content_words(tokens: Iterable[str]) -> list[str]:
     """Tokens without stop words and masks, for explanations (shared terms)."""
     return [t for t in tokens if t not in STOP_WORDS and t != NUMBER_TOKEN and len(t) > 1]
+
+
+def token_documents(tickets: Iterable[Ticket], with_solution: bool, stop_words: bool) -> list[list[str]]:
+    """One token document per ticket, SUB+DESC or (`with_solution`) SUB+DESC+SOL, its content words only unless
+    `stop_words`: what the topic models' perplexity comparison trains and scores on."""
+    docs = []
+    for t in tickets:
+        tokens = tokenize(ticket_text(t) if with_solution else query_text(t))
+        docs.append(tokens if stop_words else content_words(tokens))
+    return docs
 
 
 # -- BM25 terms -------------------------------------------------------------------------------------------------
