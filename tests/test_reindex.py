@@ -59,7 +59,7 @@ def _calls(path: Path, function: str) -> set[str]:
 
 
 def test_the_cli_and_the_worker_share_the_one_body():
-    for path, function in ((ROOT / "recommender" / "cli.py", "_build_index_here"),
+    for path, function in ((ROOT / "recommender" / "cli" / "serving.py", "_build_index_here"),
                            (ROOT / "workers" / "tasks.py", "reindex")):
         calls = _calls(path, function)
         assert "reindex_here" in calls and not {"build_index", "switch_current", "prune"} & calls, path

@@ -1,0 +1,69 @@
+"""What every command group of the CLI shares: the `ticketrec` group, settings, the store, output."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..config import Settings
+from ..errors import TicketrecError
+
+
+class _Group(click.Group):
+    """Click group that prints project errors as one line (no traceback) and exits 1."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except TicketrecError as exc:
+            click.secho(f"error: {exc}", fg="red", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.secho("interrupted; nothing half-written was kept", fg="yellow", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="ticketrec")
+def main() -> None:
+    """ticketrec: find the historical tickets most like a new one, and their solutions."""
+
+
+def settings() -> Settings:
+    """The settings of this process (environment variables)."""
+    return Settings.from_env()
+
+
+def open_store():
+    """The SQLite store named by the settings."""
+    from ..data.store import Store
+
+    return Store(settings().db)
+
+
+def echo_json(data) -> None:
+    """`data` as indented JSON on stdout (non-ASCII kept as it is)."""
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def warn(message: str) -> None:
+    """A one-line warning on stderr."""
+    click.secho(f"warning: {message}", fg="yellow", err=True)
+
+
+def column_mapping(maps, mapping_file) -> dict | None:
+    """The column mapping of `--mapping FILE` and `--map FIELD=COLUMN` (these win); None when neither is given."""
+    from ..data.importers import parse_mapping, read_mapping
+
+    if not maps and not mapping_file:
+        return None
+    mapping = read_mapping(mapping_file) if mapping_file else {}
+    mapping.update(parse_mapping(maps))
+    return mapping
+
+
+def one_line(text: str, width: int) -> str:
+    """`text` folded to one line, cut to `width` characters with an ellipsis."""
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"

@@ -1,0 +1,141 @@
+"""Knowledge base and BM25 search: `ticketrec import`, `synth`, `stats`, `search`, `prefilter-index`."""
+from __future__ import annotations
+
+import click
+
+from ..errors import TicketrecError
+from .common import column_mapping, echo_json, main, one_line, open_store, settings, warn
+
+
+@main.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "csv", "semeval"]), default="auto",
+              show_default=True, help="file format; auto picks it from the extension (.jsonl/.json, .csv, .xml)")
+@click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",
+              help='read a help desk export of tickets: FIELD (id, subject, description, solution) from COLUMN, '
+                   'e.g. --map id="Issue id" --map subject=Summary; repeat per field')
+@click.option("--mapping", "mapping_file", type=click.Path(dir_okay=False), default=None,
+              help="the same mapping in a file: a JSON object or FIELD=COLUMN lines (--map entries override it)")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def import_(files, fmt: str, maps, mapping_file, quiet: bool) -> None:
+    """Import tickets, queries and labelled pairs from FILE... in one transaction (all or nothing)."""
+    from ..data.importers import load_many
+
+    mapping = column_mapping(maps, mapping_file)
+    with open_store() as store:
+        known_queries = [q.id for q in store.queries()]
+        data = load_many(list(files), fmt, progress=not quiet, known_ticket_ids=store.ticket_ids(),
+                         known_query_ids=known_queries, mapping=mapping, warn=warn)
+        if not quiet:
+            click.echo(f"writing {len(data.tickets)} tickets, {len(data.queries)} queries, "
+                       f"{len(data.pairs)} pairs to {store.path} ...", err=True)
+        counts = store.import_dataset(data)
+        total = store.stats()
+    click.echo(f"imported {counts['tickets']} tickets, {counts['queries']} queries, {counts['pairs']} labelled pairs; "
+               f"the knowledge base now holds {total['tickets']} tickets, {total['queries']} queries, "
+               f"{total['pairs']} pairs")
+
+
+@main.command()
+@click.option("--tickets", "n_tickets", type=click.IntRange(1, 10_000_000), default=1000, show_default=True)
+@click.option("--queries", "n_queries", type=click.IntRange(0, 1_000_000), default=100, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="JSONL file to write")
+@click.option("--dev-out", type=click.Path(dir_okay=False), default=None,
+              help="also write a dev file: the same tickets with the last --dev-queries queries and their pairs")
+@click.option("--dev-queries", type=click.IntRange(1, 1_000_000), default=None,
+              help="queries held out for --dev-out (default: a third of --queries)")
+def synth(n_tickets: int, n_queries: int, seed: int, out: str, dev_out: str | None, dev_queries: int | None) -> None:
+    """Write a synthetic industrial-service knowledge base (tickets, queries, graded pairs) as JSONL."""
+    from ..data.store import Dataset
+    from ..data.synthetic import generate, write_jsonl
+
+    data = generate(n_tickets, n_queries, seed=seed)
+    files = [(data, out)]
+    if dev_out:
+        held = dev_queries or max(1, n_queries // 3)
+        if held >= len(data.queries):
+            raise TicketrecError(f"--dev-queries {held} leaves no training query; ask for fewer than --queries "
+                                 f"{n_queries}")
+        dev_ids = {q.id for q in data.queries[-held:]}
+        split = [Dataset(data.tickets, [q for q in data.queries if (q.id in dev_ids) == is_dev],
+                         [p for p in data.pairs if (p.query_id in dev_ids) == is_dev], data.source)
+                 for is_dev in (False, True)]
+        files = [(split[0], out), (split[1], dev_out)]
+    for part, target in files:
+        try:
+            path = write_jsonl(part, target)
+        except OSError as exc:
+            raise TicketrecError(f"cannot write {target}: {exc.strerror or exc}; choose another path") from exc
+        click.echo(f"wrote {len(part.tickets)} tickets, {len(part.queries)} queries, {len(part.pairs)} pairs to "
+                   f"{path}; load them with `ticketrec import {path}`")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+def stats(as_json: bool) -> None:
+    """Counts of tickets, queries, labelled pairs and feedback in the knowledge base."""
+    with open_store() as store:
+        counts = store.stats()
+    if as_json:
+        echo_json(counts)
+        return
+    for name, value in counts.items():
+        click.echo(f"{name:<9} {value}")
+
+
+@main.command()
+@click.argument("text")
+@click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 100_000),
+              help="How many tickets to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON.")
+def search(text: str, k: int, as_json: bool) -> None:
+    """BM25 candidates for TEXT: rank, score, ticket id, subject and a solution snippet (no model needed)."""
+    from ..data.records import check_text
+    from ..errors import IndexStateError
+    from ..lexical.searchers import Fts5Searcher
+    from ..serving.searchers import make_searcher
+
+    check_text(text, "the search text")
+    with open_store() as store:
+        try:
+            prefilter = make_searcher(settings(), store)
+            hits = prefilter.search(text, k)
+        except IndexStateError as exc:  # no index built yet: the store's own FTS5 index answers
+            click.echo(f"note: {exc}; searching the store's FTS5 index instead", err=True)
+            prefilter = Fts5Searcher(store)
+            hits = prefilter.search(text, k)
+        tickets = {t.id: t for t in store.get_tickets([tid for tid, _ in hits])}
+        empty = not hits and store.stats()["tickets"] == 0
+    rows = [(rank, score, tickets[tid]) for rank, (tid, score) in enumerate(hits, 1) if tid in tickets]
+    if as_json:
+        echo_json({
+            "query": text, "k": k, "prefilter": prefilter.params(),
+            "hits": [{"rank": r, "bm25": round(s, 4), "id": t.id, "subject": t.subject, "solution": t.solution}
+                     for r, s, t in rows],
+        })
+        return
+    if empty:
+        click.echo("the knowledge base is empty; add tickets with `ticketrec import FILE` or `ticketrec synth`",
+                   err=True)
+        return
+    if not rows:
+        click.echo("no ticket shares a searchable word with this text", err=True)
+        return
+    click.echo(f"{'rank':>4}  {'bm25':>7}  {'ticket':<14}  subject / solution")
+    for rank, score, ticket in rows:
+        click.echo(f"{rank:>4}  {score:7.3f}  {one_line(ticket.id, 14):<14}  {one_line(ticket.subject, 70)}")
+        click.echo(f"{'':>4}  {'':>7}  {'':<14}  → {one_line(ticket.solution, 90) or '(no solution recorded)'}")
+
+
+@main.command("prefilter-index")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def prefilter_index(quiet: bool) -> None:
+    """Rebuild the BM25 pre-filter index from the store (Elasticsearch: fresh index, then atomic alias swap;
+    FTS5: re-derive tickets_fts, which the store otherwise keeps in sync by itself)."""
+    from ..serving.searchers import make_searcher
+
+    with open_store() as store:
+        prefilter = make_searcher(settings(), store)
+        n = prefilter.rebuild(store.iter_tickets(), progress=not quiet)
+    click.echo(f"{prefilter.name}: {n} tickets indexed")
