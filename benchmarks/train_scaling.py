@@ -109,7 +109,8 @@ def train_measured(env: dict, out: Path, pretrained: bool, seed: int, log: Path)
         memory.stop()
     if proc.returncode:
         raise SystemExit(f"`ticketrec train` failed (exit {proc.returncode}); see {log}")
-    report = json.loads("".join(stdout)[("".join(stdout)).index("{"):])
+    printed = "".join(stdout)  # word2vec's progress lines, then the JSON summary
+    report = json.loads(printed[printed.index("{"):])
     peak, where = memory.peak(), "?"
     for name, seconds, end in stages:
         if memory.peak(end - seconds - 1.0, end + 0.5) >= peak:
