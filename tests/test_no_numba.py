@@ -107,10 +107,12 @@ def test_without_numba_postings_and_scoring_equal_the_compiled_results(inputs_di
 
 
 def test_the_switch_is_read_at_import():
-    """Without TICKETREC_NO_NUMBA (or with 0) numba is used; with 1 it is not."""
-    for value, expected in (("0", "True True"), ("1", "False False")):
+    """Without TICKETREC_NO_NUMBA (or with 0) numba is used; with 1 it is not (the selection's `grid_ranks` too,
+    whose two paths `tests/test_grid_ranks.py` compares in one process)."""
+    for value, expected in (("0", "True True True"), ("1", "False False False")):
         out = subprocess.run([sys.executable, "-c", "from recommender.lexical import postings; from recommender."
-                              "serving import scoring; print(postings.HAVE_NUMBA, scoring.HAVE_NUMBA)"],
+                              "serving import scoring; from recommender.model import grid_ranks; "
+                              "print(postings.HAVE_NUMBA, scoring.HAVE_NUMBA, grid_ranks.HAVE_NUMBA)"],
                              cwd=ROOT, env={**os.environ, "TICKETREC_NO_NUMBA": value}, capture_output=True,
                              text=True, timeout=120)
         assert out.stdout.strip() == expected, out.stderr

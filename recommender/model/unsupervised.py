@@ -41,6 +41,8 @@ from ..lexical.bm25 import Bm25Scorer
 from .augment import Augmenter, induce_synonyms
 from .bundle import Prepared, TicketModel, _package_versions
 from .calibration import Calibrator
+from . import grid_ranks
+from .grid_ranks import MRR_K, reciprocal_ranks, weighting_ranks
 from .mining import MinedPairs, MiningConfig, mine_pairs, require_minable
 from .template_lines import TemplateLines
 from .adaptation import keep_saved_encoder
@@ -84,13 +86,13 @@ CALIBRATION_NEGATIVES = 4
 #: (`band_negatives`), and how many tickets it ranks (a random sample when the knowledge base is larger).
 CALIBRATION_BAND = (5, 20)
 BAND_TICKETS = 1000
-#: Query-view cells (over all slices) from which the grid's pair weightings are ranked on several threads: below it
-#: numpy's small operations hold the GIL, and two threads took twice one thread's time (3 slices of 40 queries × 200
-#: views: 24,000 cells; SeaMonkey's 3 × 161 × 1,074 = 519,000 ran 1.35 times faster on two).
+#: Query-view cells (over all slices) from which the grid's pair weightings are ranked on several threads when numba
+#: is missing: below it numpy's small operations hold the GIL, and two threads took twice one thread's time (3 slices
+#: of 40 queries × 200 views: 24,000 cells; SeaMonkey's 3 × 161 × 1,074 = 519,000 ran 1.35 times faster on two). The
+#: compiled ranking (`grid_ranks`) runs without the GIL: two threads 2.2–2.5 times faster than one at either size.
 THREADED_RANKING_CELLS = 200_000
-#: Most threads the grid's ranking takes by default (memory-bandwidth bound: two gave 1.35–1.5 times one).
+#: Most threads the grid's ranking takes by default (numpy's is memory-bandwidth bound: two gave 1.35–1.5 times one).
 MAX_RANKING_THREADS = 8
-MRR_K = 10
 #: The selection slice of held-out tickets pasted whole (`selection_slices`): a condition, not pooled.
 PASTED = "pasted"
 
@@ -166,14 +168,6 @@ def rank_distances(model: TicketModel, queries: Prepared, views: Prepared) -> np
     return out
 
 
-def reciprocal_ranks(d: np.ndarray, truth: np.ndarray, k: int = MRR_K) -> np.ndarray:
-    """1/rank of column truth[i] in row i of distances d [Q, N] when within the top k, else 0 (smaller distance
-    is better; ties count against it)."""
-    own = d[np.arange(len(truth)), truth]
-    rank = (d <= own[:, None]).sum(1)  # the own view counts itself: rank ≥ 1
-    return np.where(rank <= k, 1.0 / rank, 0.0)
-
-
 def mrr_at_k(d: np.ndarray, truth: np.ndarray, k: int = MRR_K) -> float:
     """MRR@k of column truth[i] in row i of distances d [Q, N]."""
     return float(np.mean(reciprocal_ranks(d, truth, k)))
@@ -222,42 +216,39 @@ def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict, progress
 
     `spec` is the current metric spec (`net.metric_spec()`); the pairs observable in some slice are searched, the
     others keep `spec`; BM25 is searched when every slice has its lexical feature. The pair weightings are ranked
-    on `workers` threads (default: the CPUs this process may use, at most `MAX_RANKING_THREADS`, when the slices
-    hold at least `THREADED_RANKING_CELLS` query-view cells, else one; numpy releases the GIL on large arrays),
-    every result the same as one thread's, yielded in grid order.
+    on `workers` threads (default: the CPUs this process may use, at most `MAX_RANKING_THREADS`; without numba
+    one when the slices hold fewer than `THREADED_RANKING_CELLS` query-view cells), every result the same as one
+    thread's, yielded in grid order. The ranking itself is `grid_ranks.weighting_ranks` (compiled, without the GIL).
     """
     searched = searched_pairs(slices)
     pair_axes = [list(grid.get(f"{a}|{b}", [v])) if obs else [v] for (a, b, v), obs in zip(spec["pairs"], searched)]
     channel_axes = [list(grid.get(c, [spec["channels"][c]])) for c in spec["channels"]]
     use_bm25 = all(s.lexical is not None for s in slices)
     bm25_axis = list(grid.get("bm25", [spec["bm25"]])) if use_bm25 else [None]
-    # each BM25 weight times each slice's lexical distance, once
-    lexical = [{wb: wb * (1.0 - s.lexical) for wb in bm25_axis if wb} if use_bm25 else {} for s in slices]
-    channel_combos = [(cw, np.asarray(cw, np.float32)) for cw in itertools.product(*channel_axes)]
+    channel_combos = list(itertools.product(*channel_axes))
+    # float32 channel weights, as the model holds them; every combination but the one with no channel and no BM25
+    channel_weights = np.array([np.asarray(cw, np.float32) for cw in channel_combos], np.float64)
+    active = np.array([[bool(any(cw) or wb) for wb in bm25_axis] for cw in channel_combos]).reshape(
+        len(channel_combos), len(bm25_axis))
+    # each BM25 weight times each slice's lexical distance, once (zeros where no BM25 term is added)
+    lexical = [np.stack([wb * (1.0 - s.lexical) if wb else np.zeros_like(s.lexical) for wb in bm25_axis])
+               if use_bm25 else np.zeros((1,) + s.dist.shape[2:]) for s in slices]
+    labels = [(cw, wb, sum(1 for w in cw if w) + int(bool(wb)))
+              for cw, row in zip(channel_combos, active) for wb, on in zip(bm25_axis, row) if on]
 
     def pair_results(pw: tuple) -> list[tuple[tuple, int, np.ndarray]]:
         # unobservable pairs are constant per query: leave them out of each slice's ranking
-        per_channel = [np.einsum("pcqn,p->cqn", s.dist, np.asarray(pw) * np.asarray(s.observable, bool))
-                       for s in slices]
-        # buffers reused for every combination of this pair weighting
-        weighted = [np.empty(pc.shape[1:], np.result_type(pc, np.float32)) for pc in per_channel]
-        summed = [np.empty(pc.shape[1:], np.result_type(pc, np.float64)) for pc in per_channel]
-        out = []
-        for cw, cw_arr in channel_combos:
-            for pc, d in zip(per_channel, weighted):
-                np.einsum("cqn,c->qn", pc, cw_arr, out=d)
-            for wb in bm25_axis:
-                if not any(cw) and not wb:
-                    continue
-                ranked = [np.add(d, lx[wb], out=x) for d, lx, x in zip(weighted, lexical, summed)] if wb else weighted
-                rr = np.concatenate([reciprocal_ranks(d, s.truth) for d, s in zip(ranked, slices)])
-                out.append(((pw, cw, wb), sum(1 for w in cw if w) + int(bool(wb)), rr))
-        return out
+        ranks = np.concatenate([
+            weighting_ranks(np.einsum("pcqn,p->cqn", s.dist, np.asarray(pw) * np.asarray(s.observable, bool)),
+                            lx, s.truth, channel_weights, active, MRR_K)
+            for s, lx in zip(slices, lexical)], axis=1)
+        return [((pw, cw, wb), used, rr) for (cw, wb, used), rr in zip(labels, ranks)]
 
     pair_combos = list(itertools.product(*pair_axes))
-    if workers is None:  # small rankings hold the GIL more than they compute: threads only slow them down
+    if workers is None:  # numpy's small rankings hold the GIL more than they compute: threads only slow them down
         cells = sum(s.dist.shape[-2] * s.dist.shape[-1] for s in slices)
-        workers = min(MAX_RANKING_THREADS, usable_cpus()) if cells >= THREADED_RANKING_CELLS else 1
+        threaded = grid_ranks.HAVE_NUMBA or cells >= THREADED_RANKING_CELLS
+        workers = min(MAX_RANKING_THREADS, usable_cpus()) if threaded else 1
     workers = max(1, min(workers, len(pair_combos)))
     bar = tqdm(total=len(pair_combos), desc="ranking weight combinations", disable=not progress, leave=False)
     with bar, ThreadPoolExecutor(workers, thread_name_prefix="ticketrec-grid") as pool:
