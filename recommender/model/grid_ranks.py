@@ -104,6 +104,7 @@ def weighting_ranks(per_channel: np.ndarray, lexical: np.ndarray, truth: np.ndar
     out = np.empty((int(active.sum()), per_channel.shape[1]))
     if HAVE_NUMBA if use_numba is None else (use_numba and HAVE_NUMBA):
         # float64 lexical terms: one compiled signature; widening a float32 term is exact, as numpy's add does it
+        # (a no-op for the float64 terms `grid_results` passes)
         _ranks_compiled(per_channel, np.ascontiguousarray(lexical, np.float64), truth, weights, active, k, out)
         return out
     summed = np.empty(per_channel.shape[1:])

@@ -230,9 +230,10 @@ def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict, progress
     channel_weights = np.array([np.asarray(cw, np.float32) for cw in channel_combos], np.float64)
     active = np.array([[bool(any(cw) or wb) for wb in bm25_axis] for cw in channel_combos]).reshape(
         len(channel_combos), len(bm25_axis))
-    # each BM25 weight times each slice's lexical distance, once (zeros where no BM25 term is added)
-    lexical = [np.stack([wb * (1.0 - s.lexical) if wb else np.zeros_like(s.lexical) for wb in bm25_axis])
-               if use_bm25 else np.zeros((1,) + s.dist.shape[2:]) for s in slices]
+    # each BM25 weight times each slice's lexical distance, once (zeros where no BM25 term is added), widened to
+    # float64 once: exact, as adding it to the float64 channel sums widens it
+    lexical = [np.stack([wb * (1.0 - s.lexical) if wb else np.zeros_like(s.lexical) for wb in bm25_axis]).astype(
+        np.float64) if use_bm25 else np.zeros((1,) + s.dist.shape[2:]) for s in slices]
     labels = [(cw, wb, sum(1 for w in cw if w) + int(bool(wb)))
               for cw, row in zip(channel_combos, active) for wb, on in zip(bm25_axis, row) if on]
 
