@@ -1,16 +1,8 @@
 """benchmarks/feedback_links.py and the feedback split it shares with feedback_seamonkey.py."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-try:
-    from feedback_links import K, follow, groups_of
-    from shared_data import feedback_split
-finally:
-    sys.path.remove(str(ROOT / "benchmarks"))
+from feedback_links import K, follow, groups_of
+from shared_data import feedback_split
 
 
 def test_the_feedback_split_is_seeded_and_its_halves_swap():

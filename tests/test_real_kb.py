@@ -1,24 +1,11 @@
 """benchmarks/real_kb.py: the real-vocabulary knowledge base, over a small data directory of the same layout."""
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+import real_kb
 
 from recommender.data.importers import load
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _real_kb():
-    spec = importlib.util.spec_from_file_location("real_kb", ROOT / "benchmarks" / "real_kb.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-real_kb = _real_kb()
 
 SEMEVAL = """<?xml version="1.0" encoding="utf-8"?>
 <xml version="1.0">

@@ -8,14 +8,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-try:
-    from train_scaling import STAGE_LINE, STAGES, TreeMemory, _stage
-finally:
-    sys.path.remove(str(ROOT / "benchmarks"))
+from train_scaling import STAGE_LINE, STAGES, TreeMemory, _stage
 
-from recommender.model.unsupervised import _Stages  # noqa: E402
+from recommender.model.unsupervised import _Stages
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_stage_of_label_free_training_has_a_column():

@@ -145,10 +145,6 @@ def test_gunicorn_with_the_project_config_loads_before_the_first_request(web_eng
 
 @pytest.mark.parametrize("lazy", [False, True])
 def test_the_load_benchmark_starts_gunicorn_with_the_project_config_unless_lazy(lazy):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from load import gunicorn_options
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from load import gunicorn_options  # benchmarks/load.py
     options = gunicorn_options(ROOT, lazy=lazy)
     assert ("python:web.gunicorn_conf" in options) is not lazy
