@@ -134,14 +134,15 @@ def main(argv: list[str] | None = None) -> int:
     for n in sizes:
         home = work / f"home-{n}"
         home.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "TICKETREC_HOME": str(home)}
+        store = home / "ticketrec.sqlite3"  # in the home even when the caller's environment sets another store
+        env = {**os.environ, "TICKETREC_HOME": str(home), "TICKETREC_DB": str(store)}
         env.pop("TICKETREC_MODEL", None)
         try:
             kb = write_jsonl(work / f"real-{n}.jsonl", n)
         except RealDataMissing as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        if not (home / "ticketrec.db").exists():
+        if not store.exists():  # a --workdir used before: its knowledge base is imported already
             run_cli(["import", str(kb), "--quiet"], env, work / f"import-{n}.log")
         print(f"training on {n:,} tickets (log: {work / f'train-{n}.log'}) ...", file=sys.stderr, flush=True)
         rows.append((n, train_measured(env, home / "models" / "label-free", args.pretrained, args.seed,
