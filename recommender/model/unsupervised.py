@@ -228,8 +228,7 @@ def grid_results(slices: Sequence[RankedSlice], spec: dict, grid: dict, progress
     channel_combos = list(itertools.product(*channel_axes))
     # float32 channel weights, as the model holds them; every combination but the one with no channel and no BM25
     channel_weights = np.array([np.asarray(cw, np.float32) for cw in channel_combos], np.float64)
-    active = np.array([[bool(any(cw) or wb) for wb in bm25_axis] for cw in channel_combos]).reshape(
-        len(channel_combos), len(bm25_axis))
+    active = np.array([[bool(any(cw) or wb) for wb in bm25_axis] for cw in channel_combos], bool)
     # each BM25 weight times each slice's lexical distance, once (zeros where no BM25 term is added), widened to
     # float64 once: exact, as adding it to the float64 channel sums widens it
     lexical = [np.stack([wb * (1.0 - s.lexical) if wb else np.zeros_like(s.lexical) for wb in bm25_axis]).astype(
