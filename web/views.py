@@ -10,9 +10,9 @@ from flask import Blueprint, abort, current_app, flash, redirect, render_templat
 from markupsafe import Markup
 
 from recommender.errors import InputError, TicketrecError
-from recommender.data.records import Recommendation
+from recommender.data.records import NO_SOLUTION, Recommendation
 from recommender.data.store import Feedback
-from recommender.serving.engine import CHANNEL_LABELS, share_percentages
+from recommender.serving.engine import CHANNEL_LABELS, NO_CHANNEL_SETS_IT_APART, share_percentages
 
 from . import auth
 from .forms import FeedbackForm, LoginForm, SearchForm
@@ -64,8 +64,9 @@ def _why(shares: dict[str, float]) -> list[dict[str, Any]]:
 
 
 @bp.context_processor
-def _why_definition() -> dict[str, str]:
-    return {"why_definition": WHY_DEFINITION}
+def _card_texts() -> dict[str, str]:
+    return {"why_definition": WHY_DEFINITION, "no_channel_sets_it_apart": NO_CHANNEL_SETS_IT_APART,
+            "no_solution": NO_SOLUTION}
 
 
 def _cards(answer: RecommendResult, given: dict[str, str]) -> list[ResultCard]:

@@ -91,7 +91,7 @@ def stats(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON.")
 def search(text: str, k: int, as_json: bool) -> None:
     """BM25 candidates for TEXT: rank, score, ticket id, subject and a solution snippet (no model needed)."""
-    from ..data.records import check_text
+    from ..data.records import NO_SOLUTION, check_text
     from ..errors import IndexStateError
     from ..lexical.searchers import Fts5Searcher
     from ..serving.searchers import make_searcher
@@ -125,7 +125,7 @@ def search(text: str, k: int, as_json: bool) -> None:
     click.echo(f"{'rank':>4}  {'bm25':>7}  {'ticket':<14}  subject / solution")
     for rank, score, ticket in rows:
         click.echo(f"{rank:>4}  {score:7.3f}  {one_line(ticket.id, 14):<14}  {one_line(ticket.subject, 70)}")
-        click.echo(f"{'':>4}  {'':>7}  {'':<14}  → {one_line(ticket.solution, 90) or '(no solution recorded)'}")
+        click.echo(f"{'':>4}  {'':>7}  {'':<14}  → {one_line(ticket.solution, 90) or NO_SOLUTION}")
 
 
 @main.command("prefilter-index")

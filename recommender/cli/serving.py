@@ -134,9 +134,9 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
 
     TEXT is the new ticket in one string (its first line the subject, the rest the description); or give
     --subject and --description. The index version answers with the model it was built with."""
-    from ..data.records import Query
+    from ..data.records import NO_SOLUTION, Query
     from ..errors import InputError
-    from ..serving.engine import CHANNEL_LABELS, Recommender, share_percentages
+    from ..serving.engine import CHANNEL_LABELS, NO_CHANNEL_SETS_IT_APART, Recommender, share_percentages
     from ..serving.index import open_version
 
     if text is not None:
@@ -161,9 +161,9 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
         click.secho(f"{r.rank:>2}. [{r.score:.2f}] {t.id}: {t.subject}", bold=True)
         solution = " ".join(t.solution.split())
         click.echo(f"    solution: {solution[:300]}{'…' if len(solution) > 300 else ''}" if solution
-                   else "    solution: (no solution recorded)")
+                   else f"    solution: {NO_SOLUTION}")
         why = ", ".join(f"{CHANNEL_LABELS.get(c, (c,))[0]} {p} %" for c, p in share_percentages(r.channel_shares))
-        click.echo(f"    why: {why or 'no channel sets it apart from the typical candidate'}")
+        click.echo(f"    why: {why or NO_CHANNEL_SETS_IT_APART}")
         if r.shared_terms:
             click.echo(f"    shared terms: {', '.join(r.shared_terms[:12])}")
         if r.topics:

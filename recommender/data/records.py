@@ -90,6 +90,10 @@ def parse_json(text: str | bytes) -> Any:
     return value
 
 
+#: What the CLI and the web UI show in place of a ticket's empty SOLUTION.
+NO_SOLUTION = "(no solution recorded)"
+
+
 @dataclass
 class Ticket:
     """A historical ticket: SUBJECT, DESCRIPTION and the SOLUTION that resolved it."""

@@ -368,6 +368,10 @@ CHANNEL_LABELS = {
     "V": ("intent", "variational Siamese encoder (Gaussian intents)"),
 }
 
+#: What the CLI and the web UI say of a result whose shares are all 0 (no channel puts it closer than the typical
+#: candidate).
+NO_CHANNEL_SETS_IT_APART = "no channel sets it apart from the typical candidate"
+
 
 def share_percentages(shares: dict[str, float]) -> list[tuple[str, int]]:
     """(channel, whole percent) of a result's `channel_shares`, adding up to 100 (largest remainder), largest
