@@ -20,8 +20,8 @@ from recommender.model.embeddings import word2vec_epochs
 from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs
 from recommender.model.siamese import MERGED
 from recommender.model.unsupervised import (CALIBRATION_BAND, LABEL_FREE_GRID, PASTED, RANK_LOSS, RankedSlice,
-                                            band_negatives, combination_spec, grid_results, mrr_at_k,
-                                            pairs_against_empty_fields, select_by_rank, W2V_UPDATES, smoothed_stderr,
+                                            MAX_LSTM_QUERIES, band_negatives, combination_spec, grid_results,
+                                            lstm_training_pairs, mrr_at_k, pairs_against_empty_fields, select_by_rank, W2V_UPDATES, smoothed_stderr,
                                             train_without_labels)
 
 #: The tiny dimensions of tests/conftest.py's models, no pretrained channel (no MiniLM in a unit test).
@@ -377,6 +377,41 @@ def test_labelled_pairs_are_added_to_the_mined_ones(tmp_path):
     report = model.meta["training"]
     assert report["labelled_pairs"] == 2
     assert report["calibration_pairs"] > 2  # mined and labelled pairs both calibrate
+
+
+def test_the_lstm_trains_on_every_mined_pair_up_to_the_cap_and_on_whole_queries_beyond_it():
+    mined = mine_pairs(generate(n_tickets=80, n_queries=0, seed=5).tickets, MiningConfig(), seed=0)
+    from recommender.model.training import PairSet
+
+    pairs = PairSet(mined.train_queries, mined.views, mined.train_q, mined.train_t, mined.train_y)
+    n = len(pairs.queries)
+    assert MAX_LSTM_QUERIES > 2_000  # SeaMonkey's and SemEval-2016's training queries stay below it
+    assert lstm_training_pairs(pairs, seed=0) is pairs and lstm_training_pairs(pairs, 0, cap=n) is pairs
+    sample = lstm_training_pairs(pairs, seed=0, cap=n // 3)
+    assert len(sample.queries) == n // 3 and sample.tickets is pairs.tickets
+    kept = [pairs.queries.index(query) for query in sample.queries]
+    assert kept == sorted(set(kept))  # distinct queries, in their order
+    for i, query in enumerate(sample.queries):  # each with every pair it had
+        mine = np.flatnonzero(pairs.q == pairs.queries.index(query))
+        np.testing.assert_array_equal(sample.t[sample.q == i], pairs.t[mine])
+        np.testing.assert_array_equal(sample.y[sample.q == i], pairs.y[mine])
+    again, other = lstm_training_pairs(pairs, 0, cap=n // 3), lstm_training_pairs(pairs, 1, cap=n // 3)
+    assert again.queries == sample.queries and other.queries != sample.queries  # seeded
+
+
+def test_training_past_the_cap_trains_the_lstm_on_a_sample_and_says_so(monkeypatch):
+    import recommender.model.unsupervised as unsupervised
+    from recommender.model.siamese import SiameseConfig
+
+    monkeypatch.setattr(unsupervised, "MAX_LSTM_QUERIES", 40)
+    lines: list[str] = []
+    model = train_without_labels(generate(n_tickets=60, n_queries=0, seed=2).tickets,
+                                 SiameseConfig().replace(**dict(TINY, epochs=1)), None, progress=False,
+                                 echo=lines.append)
+    report = model.meta["training"]
+    assert report["lstm_queries"] == 40 < report["mining"]["train_queries"]
+    assert any(f"a sample of 40 of the {report['mining']['train_queries']:,} training queries" in line
+               for line in lines)
 
 
 def test_pairs_against_a_field_no_ticket_fills_weigh_nothing():

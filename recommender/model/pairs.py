@@ -49,6 +49,14 @@ class PairSet:
     def groups(self) -> np.ndarray:
         return self.q
 
+    def of_queries(self, rows: np.ndarray) -> "PairSet":
+        """The pairs of the queries at `rows` (sorted, distinct), in their order, over the same tickets."""
+        keep = np.isin(self.q, rows)
+        renumber = np.full(len(self.queries), -1, dtype=np.int64)
+        renumber[rows] = np.arange(len(rows))
+        return PairSet([self.queries[i] for i in rows], self.tickets, renumber[self.q[keep]], self.t[keep],
+                       self.y[keep])
+
 
 def split_queries(data: Dataset, share: float, seed: int) -> tuple[Dataset, Dataset]:
     """A seeded held-out share of the labelled queries (with their pairs) as a dev set; the tickets stay in both."""

@@ -80,6 +80,13 @@ RANK_LOSS = 1.0
 W2V_UPDATES = 40_000_000
 #: Held-out rankings score at most this many views per query (the own view always among them).
 MAX_RANKED_VIEWS = 3000
+#: The Siamese LSTM trains on the pairs of at most this many mined training queries (`lstm_training_pairs`), a seeded
+#: sample when there are more: about 9 pairs per ticket over 4 epochs made it the one stage that kept growing with the
+#: knowledge base (947 s of 31.5 min at 4,000 tickets; 514 s of 23.9 with the cap), where S's adaptation, the weight
+#: selection and the calibration band were capped. 4,000 queries are mined from 2,200 to 2,400 tickets (augmented
+#: subjects included): SeaMonkey's 1,076 and SemEval-2016's train-part2 train as before. Half of SeaMonkey's queries
+#: moved its held-out selection by less than one standard error (docs/internals.md, "Learning without labels", 4).
+MAX_LSTM_QUERIES = 4000
 #: Random NO tickets per held-out query in the calibration pairs.
 CALIBRATION_NEGATIVES = 4
 #: Ranks (among the other tickets, by the model's score) from which each calibration query takes one more NO ticket
@@ -95,6 +102,16 @@ THREADED_RANKING_CELLS = 200_000
 MAX_RANKING_THREADS = 8
 #: The selection slice of held-out tickets pasted whole (`selection_slices`): a condition, not pooled.
 PASTED = "pasted"
+
+
+def lstm_training_pairs(pairs: PairSet, seed: int, cap: int | None = None) -> PairSet:
+    """`pairs` whole when at most `cap` (default `MAX_LSTM_QUERIES`) queries hold them, else the pairs of a seeded
+    sample of `cap` queries (each with its positive and negatives), for the Siamese LSTM's training."""
+    cap = MAX_LSTM_QUERIES if cap is None else cap
+    if len(pairs.queries) <= cap:
+        return pairs
+    rows = np.sort(np.random.default_rng([seed, cap]).choice(len(pairs.queries), cap, replace=False))
+    return pairs.of_queries(rows)
 
 
 def word2vec_updates(config: SiameseConfig) -> int:
@@ -760,7 +777,9 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
                  f"{static_fit['held_out_distance']:.3f} fitted ({static_fit['epochs']} epochs)")
     with stages("preparing texts (tokens, topics, sentence vectors)"):
         views = list(mined.views)
-        train_pairs = PairSet(mined.train_queries, views, mined.train_q, mined.train_t, mined.train_y)
+        train_pairs = lstm_training_pairs(PairSet(mined.train_queries, views, mined.train_q, mined.train_t,
+                                                  mined.train_y), seed)
+        lstm_queries = len(train_pairs.queries)
         held_pairs = PairSet(mined.held_out_queries, views, mined.held_out_q, mined.held_out_t, mined.held_out_y)
         view_scorer = Bm25Scorer(views)
         kb_scorer = Bm25Scorer(tickets)
@@ -782,7 +801,9 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     configured_pairs = [v for *_, v in spec["pairs"]]
     net.set_weights([v if obs else 0.0 for v, obs in zip(configured_pairs, observable)], spec["channels"], spec["bm25"])
     history: list[dict] = []
-    with stages(f"training the Siamese LSTM (up to {config.epochs} epochs)"):
+    sample = (f", on the pairs of a sample of {lstm_queries:,} of the {len(mined.train_queries):,} training queries"
+              if lstm_queries < len(mined.train_queries) else "")
+    with stages(f"training the Siamese LSTM (up to {config.epochs} epochs{sample})"):
         _unit_scale(model, train_data)
         model = fit(model, train_data, held_data, seed=seed, calibrate=False, progress=progress, history=history)
         net = model.net
@@ -830,7 +851,8 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
          f"{CALIBRATION_BAND[1]}th {np.median(model.calibrate(band_g)):.2f}")
 
     model.meta["training"] = {
-        "mode": "label-free", "mining": mined.stats, "oov": oov, "history": history, "weight_selection": selection,
+        "mode": "label-free", "mining": mined.stats, "lstm_queries": lstm_queries, "oov": oov, "history": history,
+        "weight_selection": selection,
         "observable_pairs": [f"{a}|{b}" for (a, b, _), o in zip(config.metric_pairs, observable) if o],
         "labelled_pairs": len(labelled_pairs) if labelled_pairs is not None else 0,
         "calibration_pairs": int(len(y)), "stage_seconds": stages.seconds, "sentence_encoder": adapted,
