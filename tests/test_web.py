@@ -19,14 +19,17 @@ def cards_of(html: str) -> list[str]:
 
 
 # -- safe highlighting --------------------------------------------------------------------------------------
-def test_highlight_escapes_text_and_wraps_whole_words_only():
-    out = str(highlight("Valve <script>x</script> leaks; valves & VALVE", ["valve"]))
-    assert out == "<mark>Valve</mark> &lt;script&gt;x&lt;/script&gt; leaks; valves &amp; <mark>VALVE</mark>"
+def test_highlight_escapes_text_and_wraps_the_words_bm25_takes_for_a_term():
+    out = str(highlight("Valve <script>x</script> leaks; valves & VALVE, valvetrain", ["valve"]))
+    assert out == ("<mark>Valve</mark> &lt;script&gt;x&lt;/script&gt; leaks; <mark>valves</mark> &amp; "
+                   "<mark>VALVE</mark>, valvetrain")  # whole words of the same stem, never a longer word
+    assert str(highlight("Mozilla/5.0 (X11) with 5.0 attachments", ["mozilla/5.0", "attaching"])) == (
+        "<mark>Mozilla/5.0</mark> (X11) with 5.0 <mark>attachments</mark>")
 
 
 def test_highlight_never_matches_inside_an_escape_or_injects_a_term():
     assert str(highlight("a & b", ["amp"])) == "a &amp; b"
-    assert str(highlight("x <b> y", ["<b>"])) == "x <mark>&lt;b&gt;</mark> y"
+    assert str(highlight("x <b> y", ["<b>"])) == "x &lt;<mark>b</mark>&gt; y"
     assert str(highlight("<i>plain</i>", [])) == "&lt;i&gt;plain&lt;/i&gt;"
 
 

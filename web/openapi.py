@@ -135,8 +135,9 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                               "description": "The model's similarity g = exp(-d), in (0, 1]."},
                 "bm25": {"type": ["number", "null"], "description": "BM25 of the ticket for the query, when weighed."},
                 "shared_terms": {"type": "array", "items": {"type": "string"},
-                                 "description": "Words of the query the ticket holds too that tell tickets apart "
-                                                "(in fewer than half of them), rarest first."},
+                                 "description": "Words of the query the ticket holds too, as BM25 matches them "
+                                                "(by stem), that tell tickets apart (in fewer than half of them), "
+                                                "rarest first; each stem once, in the query's form."},
                 "topics": {"type": "array", "items": {
                     "type": "object", "required": ["id", "weight", "words"], "additionalProperties": False,
                     "properties": {"id": {"type": "integer", "minimum": 0}, "weight": {"type": "number"},

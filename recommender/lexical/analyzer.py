@@ -12,7 +12,7 @@ import re
 import unicodedata
 from collections import Counter
 from functools import lru_cache
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from ..data.records import Ticket, query_text, ticket_text
 
@@ -93,6 +93,18 @@ _TERM = re.compile(r"[^\W_]+", re.UNICODE)
 def term_tokens(text: str) -> list[str]:
     """Every lower-cased word of `text` as FTS5's unicode61 tokenizer splits it (stop words included)."""
     return [t.lower() for t in _TERM.findall(text or "")]
+
+
+def word_spans(text: str) -> Iterator[re.Match]:
+    """The words of raw `text` as `tokenize` splits them, each as its match (where it stands in `text`)."""
+    return _WORD.finditer(text or "")
+
+
+@lru_cache(maxsize=100_000)
+def stem_key(word: str) -> tuple[str, ...]:
+    """The stems of a word's terms as BM25 indexes them (`term_tokens`, `fts5_stem`): "Crashes" and "crashing" are
+    ("crash",), "mozilla/5.0" is ("mozilla", "5", "0"). Two words with one key are the same word to BM25."""
+    return tuple(fts5_stem(t) for t in term_tokens(word))
 
 
 def query_terms(text: str) -> Counter:

@@ -24,7 +24,7 @@ import numpy as np
 from ..config import Settings
 from ..errors import IndexStateError, InputError, ServiceUnavailable
 from ..data.records import Query, Recommendation, Ticket, query_text, ticket_text
-from ..lexical.analyzer import content_words, tokenize
+from ..lexical.analyzer import content_words, stem_key, tokenize, word_spans
 from ..lexical.bm25 import MIN_IDF
 from .distributed import CircuitBreaker
 
@@ -40,19 +40,22 @@ def query_words(query: Query) -> list[str]:
 
 
 def shared_terms(query: Query | list[str], ticket: Ticket, word_idf: Callable[[str], float] | None = None) -> list[str]:
-    """Content words that occur in both the query (or its `query_words`) and the ticket, in the query's order.
+    """Content words of the query (or its `query_words`) that the ticket holds too, as BM25 matches words: by the
+    stems of their terms (`stem_key`: the query's "attaching" is shared with a ticket's "attachments", "mozilla/5.0"
+    only with a word of the same three terms), in the query's order, each stem key once, in the query's first form.
 
     With `word_idf` (a word's IDF in the knowledge base: `Bm25Postings.word_idf`) only the words that tell tickets
     apart, rarest first (ties in the query's order): a word in half the tickets or more, which BM25 weighs at its
     floor (a form's "steps to reproduce", the product's own name), says nothing about why this ticket came up.
     """
     words = query_words(query) if isinstance(query, Query) else query
-    ticket_words = set(content_words(tokenize(ticket_text(ticket))))
-    seen: set[str] = set()
+    ticket_keys = {stem_key(match.group(0)) for match in word_spans(ticket_text(ticket))}
+    seen: set[tuple[str, ...]] = set()
     out = []
     for word in words:
-        if word in ticket_words and word not in seen:
-            seen.add(word)
+        key = stem_key(word)
+        if key and key not in seen and key in ticket_keys:
+            seen.add(key)
             out.append(word)
     if word_idf is None:
         return out
