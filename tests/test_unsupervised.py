@@ -19,10 +19,10 @@ from recommender.model.calibration import Calibrator
 from recommender.model.embeddings import word2vec_epochs
 from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs
 from recommender.model.siamese import MERGED
-from recommender.model.unsupervised import (CALIBRATION_BAND, LABEL_FREE_GRID, PASTED, RANK_LOSS, RankedSlice,
-                                            MAX_LSTM_QUERIES, band_negatives, combination_spec, grid_results,
-                                            lstm_training_pairs, mrr_at_k, pairs_against_empty_fields, select_by_rank, W2V_UPDATES, smoothed_stderr,
-                                            train_without_labels)
+from recommender.model.unsupervised import (CALIBRATION_BAND, LABEL_FREE_GRID, MAX_LSTM_QUERIES, PASTED, RANK_LOSS,
+                                            RankedSlice, band_negatives, combination_spec, grid_results,
+                                            lstm_training_pairs, mrr_at_k, pairs_against_empty_fields, select_by_rank,
+                                            W2V_UPDATES, smoothed_stderr, train_without_labels)
 
 #: The tiny dimensions of tests/conftest.py's models, no pretrained channel (no MiniLM in a unit test).
 TINY = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 6, "topic_vocab": 80, "topic_epochs": 2,
