@@ -592,7 +592,6 @@ def main() -> None:
         if not available():
             raise SystemExit("error: the real-vocabulary knowledge base needs ../shared/data (SeaMonkey, SemEval-2016); "
                              "use --kb synthetic without it")
-        del RealDataMissing
     pin = _size(args.pin)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if args.loading:
