@@ -13,9 +13,10 @@ Both also print what training selects on, without labels: the mined held-out MRR
 the held-out MRR@10 of S packaged and adapted (when the model has S).
 
     .venv/bin/python benchmarks/label_free_seeds.py --kb semeval [--no-pretrained] [--seeds 0,1,2] [--jobs 2]
-        [--mining '{"template_share": 0.01}'] [--workdir DIR]
+        [--mining '{"template_share": 0.01}'] [--config '{"e_unknown": "skip"}'] [--workdir DIR]
 
-`--mining` overrides fields of `MiningConfig` (a recipe change that is an option). Models, reports and logs stay in
+`--mining` overrides fields of `MiningConfig`, `--config` fields of the label-free `SiameseConfig` (a recipe change
+that is an option). Models, reports and logs stay in
 `--workdir` (default: a new temporary directory, kept); a seed whose model is there already is evaluated, not
 trained again (refused when it was trained with other options).
 """
@@ -38,15 +39,15 @@ from shared_data import SEAMONKEY, SEAMONKEY_LINKS, SEAMONKEY_MAP, SEMEVAL, seam
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def train_one(kb: str, pretrained: bool, seed: int, out: Path, mining: dict) -> None:
+def train_one(kb: str, pretrained: bool, seed: int, out: Path, mining: dict, overrides: dict) -> None:
     """Train the label-free configuration on `kb`'s tickets with `seed` into `out` (run in a child process)."""
     from recommender.data.importers import load
     from recommender.model.unsupervised import label_free_config, train_without_labels
 
     tickets = (load(SEMEVAL / "train-part2.xml", progress=False).tickets if kb == "semeval"
                else seamonkey_tickets(SEAMONKEY))
-    train_without_labels(tickets, label_free_config(pretrained=pretrained), out, seed=seed, mining=mining or None,
-                         progress=False)
+    train_without_labels(tickets, label_free_config(pretrained=pretrained, **overrides), out, seed=seed,
+                         mining=mining or None, progress=False)
 
 
 def evaluate_one(kb: str, model: Path, env: dict) -> dict:
@@ -95,28 +96,32 @@ def run_logged(command: list[str], env: dict, log: Path) -> None:
         raise SystemExit(f"{' '.join(command[:4])} … failed (exit {code}): see {log}")
 
 
-def require_trained_as_asked(model: Path, mining: dict, pretrained: bool) -> None:
-    """SystemExit when the model already in the work directory was trained with other mining options or channels
-    than those asked for (it would be evaluated in their place)."""
+def require_trained_as_asked(model: Path, mining: dict, overrides: dict, pretrained: bool) -> None:
+    """SystemExit when the model already in the work directory was trained with other mining options, configuration
+    or channels than those asked for (it would be evaluated in their place)."""
     from recommender.model.mining import MiningConfig
+    from recommender.model.siamese import SiameseConfig
 
     config = json.loads((model / "config.json").read_text())
     saved = MiningConfig.from_saved(config["training"]["mining"]["config"])
-    with_s = "S" in config["hyperparameters"]["channels"]
-    if saved.to_dict() != MiningConfig.from_dict(mining).to_dict() or with_s != pretrained:
-        raise SystemExit(f"{model} was trained with other options (mining {saved.to_dict()}, S {with_s}); "
-                         "give another --workdir")
+    hyper = SiameseConfig.from_saved(config["hyperparameters"])
+    with_s = "S" in hyper.channels
+    other = {k: getattr(hyper, k) for k, v in overrides.items() if getattr(hyper, k, None) != v}
+    if saved.to_dict() != MiningConfig.from_dict(mining).to_dict() or with_s != pretrained or other:
+        raise SystemExit(f"{model} was trained with other options (mining {saved.to_dict()}, S {with_s}"
+                         f"{', ' + str(other) if other else ''}); give another --workdir")
 
 
-def run_seed(args, mining: dict, seed: int, workdir: Path) -> dict:
-    """Train (in a child process, one per seed) and evaluate one seed (`mining`: `--mining`, parsed); its figures."""
+def run_seed(args, mining: dict, overrides: dict, seed: int, workdir: Path) -> dict:
+    """Train (in a child process, one per seed) and evaluate one seed (`mining`, `overrides`: `--mining` and
+    `--config`, parsed); its figures."""
     model = workdir / f"seed-{seed}"
     env = dict(os.environ, TICKETREC_HOME=str(workdir / "home"), TICKETREC_BROKER_URL="")
     if (model / "config.json").exists():
-        require_trained_as_asked(model, mining, not args.no_pretrained)
+        require_trained_as_asked(model, mining, overrides, not args.no_pretrained)
     else:
         child = [sys.executable, str(Path(__file__).resolve()), "--kb", args.kb, "--train-one", str(seed),
-                 "--workdir", str(workdir), "--mining", args.mining]
+                 "--workdir", str(workdir), "--mining", args.mining, "--config", args.config]
         child += ["--no-pretrained"] if args.no_pretrained else []
         run_logged(child, env, workdir / f"seed-{seed}-train.log")
     return {"seed": seed, **label_free_figures(model), **evaluate_one(args.kb, model, env)}
@@ -145,12 +150,15 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     ap.add_argument("--jobs", type=int, default=2, help="seeds trained at once (each about 5 GB with S)")
     ap.add_argument("--mining", default="{}", help="JSON object of MiningConfig fields to override")
+    ap.add_argument("--config", default="{}", help="JSON object of label-free SiameseConfig fields to override")
     ap.add_argument("--workdir", default=None, help="where the models and reports go (default: a new temp dir)")
     ap.add_argument("--train-one", type=int, default=None, help=argparse.SUPPRESS)  # the child process's seed
     args = ap.parse_args()
-    mining = json.loads(args.mining)
+    mining, overrides = json.loads(args.mining), json.loads(args.config)
     if not isinstance(mining, dict):
         sys.exit("--mining takes a JSON object, e.g. '{\"template_share\": 0.01}'")
+    if not isinstance(overrides, dict):
+        sys.exit("--config takes a JSON object, e.g. '{\"e_unknown\": \"skip\"}'")
     needed = ([SEMEVAL / "train-part2.xml", SEMEVAL / "dev.xml"] if args.kb == "semeval"
               else [SEAMONKEY, SEAMONKEY_LINKS])
     missing = [str(p) for p in needed if not p.exists()]
@@ -158,18 +166,20 @@ def main() -> None:
         sys.exit(f"missing data: {', '.join(missing)} (see ../shared/data/README.md)")
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="label-free-seeds-"))
     if args.train_one is not None:
-        train_one(args.kb, not args.no_pretrained, args.train_one, workdir / f"seed-{args.train_one}", mining)
+        train_one(args.kb, not args.no_pretrained, args.train_one, workdir / f"seed-{args.train_one}", mining,
+                  overrides)
         return
     workdir.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     with ThreadPoolExecutor(max(1, args.jobs)) as pool, tqdm(total=len(seeds), desc="seeds", unit="seed") as bar:
-        futures = [pool.submit(run_seed, args, mining, seed, workdir) for seed in seeds]
+        futures = [pool.submit(run_seed, args, mining, overrides, seed, workdir) for seed in seeds]
         rows = []
         for future in futures:
             rows.append(future.result())
             bar.update()
     kind = "the paper's channels (--no-pretrained)" if args.no_pretrained else "the default (with S)"
     print(f"label-free {kind} on {args.kb}, seeds {', '.join(map(str, seeds))}; mining overrides {mining or 'none'}; "
+          f"config overrides {overrides or 'none'}; "
           f"models in {workdir}\n")
     print(table(rows))
 
