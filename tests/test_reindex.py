@@ -63,3 +63,38 @@ def test_the_cli_and_the_worker_share_the_one_body():
                            (ROOT / "workers" / "tasks.py", "reindex")):
         calls = _calls(path, function)
         assert "reindex_here" in calls and not {"build_index", "switch_current", "prune"} & calls, path
+
+
+def test_status_says_what_a_reindex_would_bring_in(kb_home, tiny_ticket_model, another_model, tmp_path):
+    """`ticketrec status` compares the serving version with the store (tickets new or changed since its build) and
+    with the model in TICKETREC_MODEL; after a reindex there is nothing left to say."""
+    settings, store = kb_home
+    reindex(settings, store, tiny_ticket_model)
+    env = {"TICKETREC_HOME": str(settings.home), "TICKETREC_MODEL": str(settings.model), "TICKETREC_BROKER_URL": ""}
+
+    def status() -> tuple[str, dict]:
+        text = CliRunner().invoke(main, ["status"], env=env)
+        assert text.exit_code == 0, text.output
+        return text.output, json.loads(CliRunner().invoke(main, ["status", "--json"], env=env).stdout)["pending"]
+
+    n = store.stats()["tickets"]
+    output, pending = status()
+    assert pending == {"store_tickets": n, "new": 0, "changed": 0, "other_model": None}
+    assert f"tickets   {n:,}, as in the store" in output and "TICKETREC_MODEL holds another" not in output
+    first = store.get_ticket(store.ticket_ids()[0])
+    store.import_dataset(Dataset([Ticket("RX-1", "Hydraulic accumulator", "Loses precharge overnight.", "Recharge."),
+                                  Ticket(first.id, first.subject + " (again)", first.description, first.solution)],
+                                 source="new"))
+    another_model.save(tmp_path / "another")
+    env["TICKETREC_MODEL"] = str(tmp_path / "another")
+    output, pending = status()
+    assert pending == {"store_tickets": n + 1, "new": 1, "changed": 1, "other_model": another_model.version}
+    assert "the store has 1 new, 1 changed since this version: `ticketrec reindex` (or the nightly reindex) brings " \
+           "them in" in output
+    assert f"model     {tiny_ticket_model.version[:12]} (TICKETREC_MODEL holds another, " \
+           f"{another_model.version[:12]}: the next `ticketrec index` or reindex serves it)" in output
+    built = CliRunner().invoke(main, ["index"], env=env)
+    assert built.exit_code == 0, built.output
+    output, pending = status()
+    assert pending == {"store_tickets": n + 1, "new": 0, "changed": 0, "other_model": None}
+    assert f"model     {another_model.version[:12]}\n" in output

@@ -255,6 +255,26 @@ def test_status_page_with_a_model(engine_client, web_engine):
     assert re.search(r"<dt>Tickets</dt><dd>24</dd>", html)
 
 
+def test_status_page_says_what_the_next_reindex_brings_in(engine_app, another_model, tmp_path):
+    """Tickets imported since the served version's build, and another model in TICKETREC_MODEL, are named on the
+    status page (and nothing is when the index is as the store and the model directory are)."""
+    from recommender.data.records import Ticket
+    from recommender.data.store import Dataset, Store
+
+    html = page(engine_app().test_client().get("/status"))
+    assert "Not yet indexed" not in html and "Next model" not in html
+    another_model.save(tmp_path / "another-model")
+    app = engine_app(settings={"model": tmp_path / "another-model"})
+    html = page(app.test_client().get("/status"))
+    assert "Not yet indexed" not in html
+    assert f"<dt>Next model</dt><dd><code>{another_model.version[:12]}</code>" in html
+    with Store(app.config["TICKETREC_SETTINGS"].db) as store:
+        store.import_dataset(Dataset([Ticket("WEB-NEW", "Bearing noise", "Grinding at full load.", "")], source="t"))
+    html = page(app.test_client().get("/status"))
+    assert re.search(r"<dt>Not yet indexed</dt><dd>1 new, 0 changed tickets in the knowledge base: the next reindex",
+                     html)
+
+
 # -- why each result was chosen: channel shares; topic chips only when the topic channel weighs ---------------
 def reweighted_client(web_engine, tmp_path, channels: dict):
     """A client over the web engine's model with channel weights replaced, on the same tickets (a fresh index)."""

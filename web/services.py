@@ -177,9 +177,10 @@ class TicketrecServices:
 
     # -- status --------------------------------------------------------------------------------------
     def index_info(self) -> dict[str, Any] | None:
-        """Version, size and build time of the served index, or None when none can be loaded; with a "warning" when
-        the served version is not the one it should be (CURRENT failed verification and an older good version
-        serves, or the served version's files changed on disk)."""
+        """Version, size and build time of the served index, or None when none can be loaded; "pending": the
+        store's tickets new or changed since its build and the model TICKETREC_MODEL holds when it is another
+        (`pending_changes`); with a "warning" when the served version is not the one it should be (CURRENT failed
+        verification and an older good version serves, or the served version's files changed on disk)."""
         engine, _ = self.engine_or_error()
         if engine is None:
             return None
@@ -192,7 +193,10 @@ class TicketrecServices:
             "model_version": manifest.get("model_version"),
         }
         from recommender.serving.index import serving_warning
+        from recommender.serving.reindex import pending_changes
 
+        if hasattr(index, "row_of"):
+            info["pending"] = pending_changes(self.settings, self.store(), index)
         warning = serving_warning(self.settings, index) if hasattr(index, "changed_files") else None
         return {**info, "warning": warning} if warning else info
 

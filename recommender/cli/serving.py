@@ -65,17 +65,23 @@ def _gib(n: int | None) -> str:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def status(as_json: bool) -> None:
-    """The serving index version: tickets, storage, and how much of its vectors and postings is in memory now."""
+    """The serving index version: its model and tickets (and what the next reindex would change), storage, and how
+    much of its vectors and postings is in memory now."""
     from ..serving.index import current_version, open_current
+    from ..serving.reindex import pending_changes
 
     cfg = settings()
     index = open_current(cfg)  # the version a server would serve (an older good one when CURRENT fails its checks)
+    store = open_store()
     try:
         memory = index.memory()
+        pending = pending_changes(cfg, store, index)
     finally:
         index.close()
+        store.close()
     info = {"version": index.version, "current": current_version(cfg), "tickets": len(index),
             "dtype": index.manifest.get("dtype", "float32"), "model_version": index.model_version,
+            "pending": pending,
             "memory": {key: memory[key]
                        for key in ("bytes", "resident_bytes", "vectors_bytes", "vectors_resident_bytes")},
             "pin": "all" if cfg.index_pin >= PIN_ALL else cfg.index_pin}
@@ -88,7 +94,15 @@ def status(as_json: bool) -> None:
                if memory["vectors_resident_bytes"] is not None and memory["vectors_bytes"] else "")
     click.echo(f"index     {index.version}" + ("" if index.version == info["current"] else
                                                 f" (CURRENT {info['current']} fails its checks)"))
-    click.echo(f"tickets   {len(index):,}")
+    click.echo(f"model     {index.model_version[:12]}" + (
+        f" (TICKETREC_MODEL holds another, {pending['other_model'][:12]}: the next `ticketrec index` or reindex "
+        "serves it)"
+        if pending["other_model"] else ""))
+    moved = [f"{pending[key]:,} {key}" for key in ("new", "changed") if pending[key]]
+    click.echo(f"tickets   {len(index):,}" + (
+        f"; the store has {', '.join(moved)} since this version: `ticketrec reindex` (or the nightly reindex) "
+        "brings them in" if moved
+        else ", as in the store"))
     click.echo(f"vectors   {info['dtype']}, {_gib(memory['vectors_bytes'])}; with the postings {_gib(memory['bytes'])}")
     click.echo(f"resident  {_gib(memory['resident_bytes'])} of {_gib(memory['bytes'])}{share}{vectors} in memory now "
                "(page cache, mincore)")

@@ -430,6 +430,16 @@ class TicketModel:
             for channel, encoder in self.channel_encoders.items():
                 encoder.save(tmp / CHANNELS_DIR / channel)
 
+    @staticmethod
+    def saved_version(path: str | Path) -> str | None:
+        """The version a model directory's config.json records (nothing else is read); None when there is none."""
+        try:
+            config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        version = config.get("version") if isinstance(config, dict) else None
+        return version if isinstance(version, str) else None
+
     @classmethod
     def load(cls, path: str | Path) -> "TicketModel":
         """Read an artifact directory; a missing, corrupt or foreign-version file raises ModelError naming it."""

@@ -838,6 +838,18 @@ def _check_free_space(root: Path, needed: int) -> None:
             "or delete old version folders) and run `ticketrec index` again")
 
 
+def unchanged_rows(index: TicketIndex, ids: Sequence[str], updated: np.ndarray) -> np.ndarray:
+    """For each ticket of `ids` (last updated at `updated`, the store's times), its row in `index` when the index
+    holds it as it is now, else -1 (a ticket new since the build, or changed)."""
+    rows = np.full(len(ids), -1, np.int64)
+    lookup = index.row_of
+    for i, tid in enumerate(ids):
+        row = lookup.get(tid)
+        if row is not None and index.updated_at[row] == updated[i]:
+            rows[i] = row
+    return rows
+
+
 def build_index(store, model, settings: Settings, incremental: bool = True, float16: bool | None = None,
                 progress: bool = True, prefilter=None, workers: int | None = None) -> str:
     """Encode the store's tickets into a new immutable index version, verify it, switch CURRENT to it; its name.
@@ -884,11 +896,7 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
                 log.warning("%s; not reusing its rows: encoding every ticket again (a full build)", full_because)
                 prev = None
         if incremental and _reusable(prev, model, dtype):
-            lookup = prev.row_of
-            for i, tid in enumerate(ids):
-                row = lookup.get(tid)
-                if row is not None and prev.updated_at[row] == updated[i]:
-                    reuse_src[i] = row
+            reuse_src = unchanged_rows(prev, ids, updated)
             if (reuse_src >= 0).all() and len(prev) == len(ids) and (reuse_src == np.arange(len(ids))).all():
                 log.info("index %s is up to date (%d tickets); nothing to build", prev.version, len(ids))
                 return prev.version

@@ -8,10 +8,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
+
 from ..config import Settings
 from ..data.store import Store
 from ..model.bundle import TicketModel
-from .index import build_index, current_version, open_current
+from .index import TicketIndex, build_index, current_version, open_current, unchanged_rows
 
 
 def default_model_dir(settings: Settings) -> Path:
@@ -49,3 +51,18 @@ def reindex(settings: Settings, store: Store | None = None, model: TicketModel |
             "encoded": index.manifest.get("encoded"), "reused": index.manifest.get("reused"),
             "dtype": index.manifest.get("dtype"), "model_version": index.model_version,
             "seconds": round(time.time() - started, 2)}
+
+
+def pending_changes(settings: Settings, store: Store, index: TicketIndex) -> dict:
+    """What a reindex would change in `index`: the store's tickets new or changed since it was built, and
+    the version of the model in TICKETREC_MODEL when that is another than the one `index` carries (None when they
+    are the same, or TICKETREC_MODEL holds none): `ticketrec index` would build with it."""
+    versions = store.ticket_versions()
+    ids = [tid for tid in store.ticket_ids() if tid in versions]
+    updated = np.array([versions[tid] for tid in ids], np.float64)
+    kept = unchanged_rows(index, ids, updated) >= 0
+    lookup = index.row_of
+    new = sum(1 for tid in ids if tid not in lookup)
+    build_model = TicketModel.saved_version(settings.model)
+    return {"store_tickets": len(ids), "new": new, "changed": len(ids) - int(kept.sum()) - new,
+            "other_model": build_model if build_model and build_model != index.model_version else None}
