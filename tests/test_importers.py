@@ -1,6 +1,7 @@
 """Importers: JSONL, CSV and SemEval XML, good and malformed input, auto-detection, merging."""
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -288,6 +289,34 @@ def test_csv_with_a_column_mapping(tmp_path):
     # names match ignoring case and surrounding white space; an unmapped field falls back to its own column name
     (tmp_path / "b.csv").write_text("ID,Title\nA1,Printer jams\n", encoding="utf-8")
     assert load(tmp_path / "b.csv", mapping={"subject": " title "}).tickets[0].subject == "Printer jams"
+
+
+@pytest.mark.parametrize("delimiter", [";", "\t", "|"])
+def test_an_export_separated_by_semicolons_tabs_or_bars_reads_as_the_comma_one(tmp_path, delimiter):
+    """Spreadsheets in many locales save "CSV" with ";": the header row tells the delimiter when the comma leaves
+    it one field. A comma file whose fields hold ";" stays a comma file."""
+    import csv
+
+    rows = list(csv.reader(io.StringIO(EXPORT)))
+    path = tmp_path / "export.csv"
+    with open(path, "w", encoding="utf-8-sig", newline="") as fh:  # with the BOM Excel writes
+        csv.writer(fh, delimiter=delimiter).writerows(rows)
+    assert load(path, mapping=MAPPING).tickets == load_text(tmp_path, EXPORT, MAPPING).tickets
+    (tmp_path / "c.csv").write_text('id,subject\nA1,"Pump; valve"\n', encoding="utf-8")
+    assert load(tmp_path / "c.csv").tickets[0].subject == "Pump; valve"
+
+
+def load_text(tmp_path, text: str, mapping: dict):
+    path = tmp_path / "comma.csv"
+    path.write_text(text, encoding="utf-8")
+    return load(path, mapping=mapping)
+
+
+def test_a_windows_export_not_in_utf8_is_refused_with_how_to_convert_it(tmp_path):
+    path = tmp_path / "export.csv"
+    path.write_bytes("Ticket-Nr,Betreff,Lösung\n1,Drucker,Treiber\n".encode("cp1252"))
+    with pytest.raises(InputError, match=r"line 1: not UTF-8 .*iconv -f cp1252 -t utf-8"):
+        load(path, mapping={"id": "Ticket-Nr", "subject": "Betreff"})
 
 
 def test_a_missing_mapped_column_names_the_columns_found_and_nothing_else(tmp_path):

@@ -269,7 +269,7 @@ def _read_jsonl(parsed: _Parsed, progress: bool, seen: set[str]) -> None:
             try:
                 text = line.decode("utf-8-sig" if number == 1 else "utf-8").strip()
             except UnicodeDecodeError as exc:
-                raise parsed.fail(where, f"not UTF-8 ({exc.reason})", "save the file as UTF-8") from None
+                raise parsed.fail(where, f"not UTF-8 ({exc.reason})", TO_UTF8) from None
             if not text:
                 continue
             try:
@@ -357,10 +357,31 @@ def _numbered_rows(reader) -> Iterator[tuple[int, list[str]]]:
         start = reader.line_num + 1
 
 
+#: Field delimiters of exports besides the comma: spreadsheets in many locales save "CSV" with ";", and some
+#: tools write tab- or bar-separated files.
+OTHER_DELIMITERS = (";", "\t", "|")
+#: How to make a file UTF-8, for the error that says it is not.
+TO_UTF8 = "save the file as UTF-8 (from a Windows export, e.g. iconv -f cp1252 -t utf-8 FILE > FILE.utf8)"
+
+
+def _delimiter(first_line: str) -> str:
+    """The field delimiter of a CSV file whose first line is `first_line` (its header row): "," unless the comma
+    leaves that row one field and ";", a tab or "|" splits it into several."""
+    if len(next(csv.reader([first_line]), [])) > 1:
+        return ","
+    for delimiter in OTHER_DELIMITERS:
+        if len(next(csv.reader([first_line], delimiter=delimiter), [])) > 1:
+            return delimiter
+    return ","
+
+
 def _parse_csv(parsed: _Parsed, progress: bool) -> None:
     with open(parsed.path, "rb") as raw, _progress(parsed.path, progress) as bar:
+        # the header row, at most 1 MiB of it (a file of one huge line is refused by the reader below)
+        delimiter = _delimiter(raw.readline(1 << 20).decode("utf-8-sig", errors="replace"))
+        raw.seek(0)
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        reader = csv.reader(text)
+        reader = csv.reader(text, delimiter=delimiter)
         try:
             header = next(reader, None)
             if header is None:
@@ -416,8 +437,7 @@ def _parse_csv(parsed: _Parsed, progress: bool) -> None:
                                                              "characters", "shorten it, or fix the quoting") from None
             raise parsed.fail(f"line {reader.line_num}", f"bad CSV ({exc})", "fix the quoting") from None
         except UnicodeDecodeError as exc:
-            raise parsed.fail(f"near line {reader.line_num}", f"not UTF-8 ({exc.reason})",
-                              "save the file as UTF-8") from None
+            raise parsed.fail(f"near line {max(reader.line_num, 1)}", f"not UTF-8 ({exc.reason})", TO_UTF8) from None
 
 
 # -- SemEval-2016/2017 Task 3 XML -----------------------------------------------------------------------------------
