@@ -177,10 +177,9 @@ class TicketrecServices:
 
     # -- status --------------------------------------------------------------------------------------
     def index_info(self) -> dict[str, Any] | None:
-        """Version, size and build time of the served index, or None when none can be loaded; "pending": the
-        store's tickets new or changed since its build and the model TICKETREC_MODEL holds when it is another
-        (`pending_changes`); with a "warning" when the served version is not the one it should be (CURRENT failed
-        verification and an older good version serves, or the served version's files changed on disk)."""
+        """Version, size and build time of the served index, or None when none can be loaded; with a "warning" when
+        the served version is not the one it should be (CURRENT failed verification and an older good version
+        serves, or the served version's files changed on disk)."""
         engine, _ = self.engine_or_error()
         if engine is None:
             return None
@@ -193,12 +192,21 @@ class TicketrecServices:
             "model_version": manifest.get("model_version"),
         }
         from recommender.serving.index import serving_warning
-        from recommender.serving.reindex import pending_changes
 
-        if hasattr(index, "row_of"):
-            info["pending"] = pending_changes(self.settings, self.store(), index)
         warning = serving_warning(self.settings, index) if hasattr(index, "changed_files") else None
         return {**info, "warning": warning} if warning else info
+
+    def pending_changes(self) -> dict[str, Any] | None:
+        """What the next reindex would change in the served index (`serving.reindex.pending_changes`: the store's
+        tickets new or changed since its build, another model in TICKETREC_MODEL), or None when none is served.
+        It reads every ticket's update time (0.3 s at 100,000 tickets): for the status page, not the health check."""
+        engine, _ = self.engine_or_error()
+        index = getattr(engine, "index", None) if engine is not None else None
+        if index is None or not hasattr(index, "row_of"):
+            return None
+        from recommender.serving.reindex import pending_changes
+
+        return pending_changes(self.settings, self.store(), index)
 
     def model_info(self) -> dict[str, Any] | None:
         """Version and training-data fingerprint of the served model, or None when none can be loaded."""

@@ -197,6 +197,7 @@ def status():
     engine, engine_error = svc.engine_or_error()
     return render_template(
         "status.html", engine_error=engine_error, model=svc.model_info(), index=svc.index_info(),
+        pending=svc.pending_changes(),
         memory=_index_memory(engine), broker=svc.broker_state(), stats=svc.store().stats(),
         report=svc.latest_report(), settings=svc.settings, show_paths=auth.identity() is not None,
     )
