@@ -348,6 +348,21 @@ def test_jsonl_with_a_column_mapping(tmp_path):
         load(bad, mapping={"id": "key", "subject": "title"})
 
 
+def test_jsonl_mapping_reads_nested_fields_by_dotted_names(tmp_path):
+    """A Jira export (`jq -c '.issues[]'` of its JSON) nests the fields: `--map subject=fields.summary`."""
+    path = write_jsonl(tmp_path / "jira.jsonl", [
+        {"key": "OPS-1", "fields": {"summary": "Pump noise", "description": "Rattling.", "status": {"name": "Done"}}},
+        {"key": "OPS-2", "fields": {"summary": "Valve leak", "description": None}},
+        {"key": "OPS-3", "fields.summary": "Flat wins", "fields": {"summary": "nested loses"}},
+    ])
+    data = load(path, mapping={"id": "key", "subject": "fields.summary", "description": "fields.description"})
+    assert [(t.id, t.subject, t.description) for t in data.tickets] == [
+        ("OPS-1", "Pump noise", "Rattling."), ("OPS-2", "Valve leak", ""), ("OPS-3", "Flat wins", "")]
+    assert data.tickets[0].metadata["fields"]["status"] == {"name": "Done"}  # the rest stays as metadata
+    with pytest.raises(InputError, match=r"no record has the field 'fields.body'.*a dotted name"):
+        load(path, mapping={"id": "key", "subject": "fields.summary", "description": "fields.body"})
+
+
 def test_mapping_from_arguments_and_files(tmp_path):
     assert parse_mapping(["id=Issue id", "Subject = Summary"]) == {"id": "Issue id", "subject": "Summary"}
     with pytest.raises(InputError, match="FIELD=COLUMN"):

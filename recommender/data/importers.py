@@ -232,17 +232,35 @@ def _progress(path: Path, enabled: bool) -> tqdm:
 
 
 # -- JSONL --------------------------------------------------------------------------------------------------------
-def _mapped_json_ticket(parsed: _Parsed, where: str, record: dict) -> Ticket:
-    """A ticket from a JSON object with the export's own field names (`parsed.mapping`); other fields with a
-    value become its metadata."""
+_ABSENT = object()
+
+
+def _json_field(record: dict, name: str) -> Any:
+    """`record[name]`; else, for a dotted name ("fields.summary"), the nested field it names; else `_ABSENT`."""
+    if name in record:
+        return record[name]
+    value: Any = record
+    for part in name.split(".") if "." in name else ():
+        if not isinstance(value, dict) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value if "." in name else _ABSENT
+
+
+def _mapped_json_ticket(parsed: _Parsed, where: str, record: dict, seen: set[str]) -> Ticket:
+    """A ticket from a JSON object with the export's own field names (`parsed.mapping`; a dotted name reads a
+    nested field, as Jira's "fields.summary"); other top-level fields with a value become its metadata. The mapped
+    names this record has go into `seen`."""
     mapping = parsed.mapping or {}
     fields: dict[str, Any] = {}
     used = set()
     for name in TICKET_COLUMNS:
         source = mapping.get(name, name)
-        if source in record:
-            fields[name] = record[source]
+        value = _json_field(record, source)
+        if value is not _ABSENT:
+            fields[name] = value
             used.add(source)
+            seen.add(source)
     if fields.get("id") is None:
         raise parsed.fail(where, f"the record has no field {mapping.get('id', 'id')!r} (the ticket id)",
                           "give every record an id, or map the id field with --map id=FIELD")
@@ -258,7 +276,8 @@ def _parse_jsonl(parsed: _Parsed, progress: bool) -> None:
         for name, source in parsed.mapping.items():
             if source not in seen:  # every line was a JSON object: its keys are field names, fit to quote
                 raise parsed.fail("every line", f"no record has the field {_shown(source)} (mapped to {name}); the "
-                                                f"fields found are {_names(sorted(seen))}", f"fix the mapping of {name}")
+                                                f"fields found are {_names(sorted(seen))}",
+                                  f"fix the mapping of {name} (a dotted name, fields.summary, reads a nested field)")
 
 
 def _read_jsonl(parsed: _Parsed, progress: bool, seen: set[str]) -> None:
@@ -280,7 +299,7 @@ def _read_jsonl(parsed: _Parsed, progress: bool, seen: set[str]) -> None:
                 raise parsed.fail(where, f"a line must hold a JSON object, not {type(record).__name__}")
             if parsed.mapping is not None:  # a mapped export: every record is a ticket
                 seen.update(record)
-                parsed.add_ticket(_mapped_json_ticket(parsed, where, record), where)
+                parsed.add_ticket(_mapped_json_ticket(parsed, where, record, seen), where)
                 continue
             kind = record.get("type")
             if kind == "ticket":
