@@ -167,3 +167,6 @@ def test_subject_only_tickets_end_to_end(cli, tmp_path, tiny_model, monkeypatch)
     assert len(response.get_json()["results"]) == 3
     html = client.post("/", data={"subject": "compressor vibration trip", "description": ""}).get_data(as_text=True)
     assert html.count("(no solution recorded)") == 3
+    # tickets without a solution show their description instead of an empty solution box, and the page says so
+    assert html.count('<details class="ticket-text" open>') == 3 and 'class="solution"' not in html
+    assert "<h2>Top 3 similar tickets</h2>" in html

@@ -185,12 +185,14 @@ def test_results_show_ten_cards_solution_first_with_scores_and_topics(engine_cli
         score = float(re.search(r'<span class="score-value">(\d\.\d)</span>', card).group(1))
         assert 1.0 <= score <= 5.0
         assert card.index('class="solution"') < card.index("<details")  # the solution comes first
+        assert '<details class="ticket-text">' in card and "card-no-solution" not in card  # the ticket folded
         topics_weigh = engine.index.metric_spec["channels"].get("T", 0) > 0  # chips only when topics weigh
         assert len(re.findall(r'class="chip"[^>]*title="topic \d+: [^"]+"', card)) == (3 if topics_weigh else 0)
         assert '<div class="why"' in card
         assert all(f'value="{label} ' in card for label in ("YES", "REL", "NO"))
     assert "<mark>" in html  # shared words highlighted
     assert engine.model.version[:12] in html and engine.index.version in html and "answered in" in html
+    assert "<h2>Top 10 solutions</h2>" in html
 
 
 def test_feedback_is_stored_with_versions_and_shown_when_the_query_repeats(engine_client, web_engine):
