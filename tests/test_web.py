@@ -255,6 +255,33 @@ def test_status_page_with_a_model(engine_client, web_engine):
     assert engine.model.version in html and engine.index.version in html
     assert engine.model.config["data_fingerprint"] in html
     assert re.search(r"<dt>Tickets</dt><dd>24</dd>", html)
+    assert re.search(r"<dt>Trained</dt><dd>20\d\d-\d\d-\d\d \d\d:\d\d UTC</dd>", html)  # when training saved it
+
+
+def test_status_page_says_whose_evaluation_it_shows(engine_app, web_engine, tmp_path):
+    """A report of this home names the model it evaluated against the served one; a report found only in another
+    root (the repository's docs/results) is said to be of another knowledge base."""
+    import json
+
+    settings, engine = web_engine
+    elsewhere = tmp_path / "docs-results" / "synthetic"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "report.md").write_text("# Evaluation: synthetic\n")
+    own_root = tmp_path / "home-reports"
+    app = engine_app(TICKETREC_REPORT_ROOTS=[own_root, elsewhere.parent], settings={"home": tmp_path / "h"})
+    html = page(app.test_client().get("/status"))
+    assert "No evaluation in this home's <code>reports/</code> folder yet" in html and "synthetic" in html
+    own = tmp_path / "h" / "reports" / "sm"
+    own.mkdir(parents=True)
+    (own / "report.md").write_text("# Evaluation: sm\n")
+    (own / "results.json").write_text(json.dumps({"model": {"version": engine.model.version}}))
+    app = engine_app(TICKETREC_REPORT_ROOTS=[tmp_path / "h" / "reports", elsewhere.parent],
+                     settings={"home": tmp_path / "h"})
+    html = page(app.test_client().get("/status"))
+    assert "No evaluation in this home" not in html and "sm · " in html and "of the served model" in html
+    (own / "results.json").write_text(json.dumps({"model": {"version": "0123456789abcdef"}}))
+    html = page(app.test_client().get("/status"))
+    assert "of model <code>0123456789ab</code>, not the served one" in html
 
 
 def test_status_page_says_what_the_next_reindex_brings_in(engine_app, another_model, tmp_path):

@@ -8,6 +8,7 @@ each answer names the index and model versions that made it.
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -218,7 +219,7 @@ class TicketrecServices:
         return {
             "version": str(model.version),
             "data_fingerprint": config.get("data_fingerprint"),
-            "created": config.get("trained_at"),
+            "created": (config.get("training") or {}).get("trained_at"),
         }
 
     def broker_state(self) -> dict[str, Any]:
@@ -261,18 +262,26 @@ class TicketrecServices:
         return [p.parent for p in candidates]
 
     def latest_report(self) -> dict[str, Any] | None:
-        """The newest evaluation report: its folder, text and plot file names."""
+        """The newest evaluation report: its folder, text and plot file names; "own" when it lies in this home's
+        reports/ (else it is one of the repository's, docs/results, of another knowledge base), and the version of
+        the model it evaluated when its results.json names one."""
         dirs = self.report_dirs()
         if not dirs:
             return None
         folder = dirs[0]
         report = folder / "report.md"
+        try:
+            evaluated = json.loads((folder / "results.json").read_text(encoding="utf-8")).get("model") or {}
+        except (OSError, ValueError, AttributeError):
+            evaluated = {}
         return {
             "folder": folder,
             "name": folder.name,
             "text": report.read_text(encoding="utf-8", errors="replace"),
             "modified": report.stat().st_mtime,
             "plots": sorted(p.name for p in folder.glob("*.png")),
+            "own": folder.resolve().is_relative_to((self.settings.home / "reports").resolve()),
+            "model_version": evaluated.get("version") if isinstance(evaluated, dict) else None,
         }
 
 

@@ -426,6 +426,7 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
     if dev_set is not None:
         report["dev"] = {k: v for k, v in evaluate(model, dev_set).items() if k != "pairs"}
     report["wall_seconds"] = round(time.time() - started, 1)
+    report["trained_at"] = time.time()
     model.meta["training"] = report
     model.invalidate()
     if out_dir is not None:

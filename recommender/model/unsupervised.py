@@ -857,7 +857,7 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         "labelled_pairs": len(labelled_pairs) if labelled_pairs is not None else 0,
         "calibration_pairs": int(len(y)), "stage_seconds": stages.seconds, "sentence_encoder": adapted,
         "static_fit": static_fit,
-        "wall_seconds": round(time.time() - started, 1)}
+        "wall_seconds": round(time.time() - started, 1), "trained_at": time.time()}
     model.invalidate()
     if out_dir is not None:
         model.save(out_dir)
