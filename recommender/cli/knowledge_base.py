@@ -31,9 +31,15 @@ def import_(files, fmt: str, maps, mapping_file, quiet: bool) -> None:
                        f"{len(data.pairs)} pairs to {store.path} ...", err=True)
         counts = store.import_dataset(data)
         total = store.stats()
-    click.echo(f"imported {counts['tickets']} tickets, {counts['queries']} queries, {counts['pairs']} labelled pairs; "
-               f"the knowledge base now holds {total['tickets']} tickets, {total['queries']} queries, "
-               f"{total['pairs']} pairs")
+    click.echo(f"imported {_count(counts['tickets'], 'ticket')}, {_count(counts['queries'], 'query', 'queries')}, "
+               f"{_count(counts['pairs'], 'labelled pair')}; the knowledge base now holds "
+               f"{_count(total['tickets'], 'ticket')}, {_count(total['queries'], 'query', 'queries')}, "
+               f"{_count(total['pairs'], 'pair')}")
+
+
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 ticket", "2 tickets" (`plural`: a noun's irregular plural)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 @main.command()
