@@ -81,6 +81,17 @@ def test_ticket_page_shows_markup_as_text(client):
     assert "Neighbours cannot be computed" in html
 
 
+def test_ticket_page_of_a_ticket_without_a_solution_says_so_in_one_line(client, web_kb):
+    from recommender.data.records import Ticket
+    from recommender.data.store import Dataset
+
+    web_kb[1].import_dataset(Dataset([Ticket("WEB-9", "Seal weeps", "Oil at the shaft seal.", "")], source="t"))
+    html = page(client.get("/tickets/WEB-9"))
+    assert '<p class="no-solution"><span class="summary-label">Solution</span> (no solution recorded)</p>' in html
+    assert 'class="solution"' not in html
+    assert 'class="solution"' in page(client.get("/tickets/WEB-1"))
+
+
 def test_unknown_ticket_and_page_are_404_pages(client):
     assert client.get("/tickets/NOPE").status_code == 404
     response = client.get("/nothing-here")
@@ -334,6 +345,8 @@ WHY_PART = r'data-channel="(\w+)" title="[^"]+"><i class="why-dot why-\w+"></i>(
 def test_cards_say_why_and_show_topic_chips_only_when_topics_weigh(web_engine, tmp_path, t_weight):
     client, engine = reweighted_client(web_engine, tmp_path, {"E": 0.3, "T": t_weight})
     assert (engine.index.metric_spec["channels"]["T"] > 0) == (t_weight > 0)
+    topics = page(client.get("/topics"))  # the topics page says when its topics move no ranking
+    assert ("these topics move no ranking" in topics) == (t_weight == 0) and '<section class="panel topic"' in topics
     html = page(client.post("/", data=QUERY))
     cards = cards_of(html)
     assert len(cards) == 10

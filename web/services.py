@@ -144,6 +144,10 @@ class TicketrecServices:
         """Top `k` words of every DocNADE topic of the served model (the model of the served index version)."""
         return self.engine().model.topic_words(k)
 
+    def topics_weigh(self) -> bool:
+        """Whether the served metric gives the topic channel T a weight above 0 (else topics move no ranking)."""
+        return self.engine().model.metric_spec().get("channels", {}).get("T", 0) > 0
+
     # -- recent queries (this process; each owner's own, offered for reuse on the search page) ------------
     def remember(self, query: Query, owner: str | None) -> str:
         """Add `query` to `owner`'s recent queries (`auth.recent_owner()`; None: not remembered)."""

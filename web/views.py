@@ -235,9 +235,10 @@ def topics():
     """Every DocNADE topic with its top 10 words."""
     try:
         words = services().topic_words(10)
+        weigh = services().topics_weigh()
     except TicketrecError as exc:
         return render_template("topics.html", topics=[], error=f"No topics to show: {hide_paths(str(exc))}"), 503
-    return render_template("topics.html", topics=list(enumerate(words)), error=None)
+    return render_template("topics.html", topics=list(enumerate(words)), topics_weigh=weigh, error=None)
 
 
 @bp.route("/login", methods=["GET", "POST"])
