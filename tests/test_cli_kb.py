@@ -157,6 +157,7 @@ def test_subject_only_tickets_end_to_end(cli, tmp_path, tiny_model, monkeypatch)
     result = cli("recommend", "--subject", "compressor vibration trip", "-k", 3)
     assert result.exit_code == 0, result.output
     assert result.output.count("solution: (no solution recorded)") == 3
+    assert "    description: The compressor tripped at start." in result.output  # what tells whether one fits
     result = cli("recommend", "--subject", "compressor vibration trip", "-k", 3, "--json")
     assert [r["ticket"]["solution"] for r in json.loads(result.output)["results"]] == ["", "", ""]
 

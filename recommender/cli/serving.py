@@ -174,8 +174,9 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
         t = r.ticket
         click.secho(f"{r.rank:>2}. [{r.score:.2f}] {t.id}: {t.subject}", bold=True)
         solution = " ".join(t.solution.split())
-        click.echo(f"    solution: {solution[:300]}{'…' if len(solution) > 300 else ''}" if solution
-                   else f"    solution: {NO_SOLUTION}")
+        click.echo(f"    solution: {_cut(solution)}" if solution else f"    solution: {NO_SOLUTION}")
+        if not solution and t.description.strip():  # then the description is what tells whether it fits
+            click.echo(f"    description: {_cut(' '.join(t.description.split()))}")
         why = ", ".join(f"{CHANNEL_LABELS.get(c, (c,))[0]} {p} %" for c, p in share_percentages(r.channel_shares))
         click.echo(f"    why: {why or NO_CHANNEL_SETS_IT_APART}")
         if r.shared_terms:
@@ -185,6 +186,11 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
     click.echo(f"index {info.index_version}, model {info.model_version}", err=True)
     if info.fallback_reason:
         click.secho(f"note: answered in-process: {info.fallback_reason}", fg="yellow", err=True)
+
+
+def _cut(text: str, limit: int = 300) -> str:
+    """`text` cut to `limit` characters, with "…" when it was longer."""
+    return text[:limit] + ("…" if len(text) > limit else "")
 
 
 def _celery_app():
