@@ -304,6 +304,9 @@ def test_an_export_separated_by_semicolons_tabs_or_bars_reads_as_the_comma_one(t
     assert load(path, mapping=MAPPING).tickets == load_text(tmp_path, EXPORT, MAPPING).tickets
     (tmp_path / "c.csv").write_text('id,subject\nA1,"Pump; valve"\n', encoding="utf-8")
     assert load(tmp_path / "c.csv").tickets[0].subject == "Pump; valve"
+    (tmp_path / "t.csv").write_text("id\tSubject, short\tdescription\nA2\tPump\tNoise, then a trip.\n", encoding="utf-8")
+    ticket = load(tmp_path / "t.csv", mapping={"subject": "Subject, short"}).tickets[0]  # more fields by tabs
+    assert (ticket.id, ticket.subject, ticket.description) == ("A2", "Pump", "Noise, then a trip.")
 
 
 def load_text(tmp_path, text: str, mapping: dict):

@@ -384,14 +384,11 @@ TO_UTF8 = "save the file as UTF-8 (from a Windows export, e.g. iconv -f cp1252 -
 
 
 def _delimiter(first_line: str) -> str:
-    """The field delimiter of a CSV file whose first line is `first_line` (its header row): "," unless the comma
-    leaves that row one field and ";", a tab or "|" splits it into several."""
-    if len(next(csv.reader([first_line]), [])) > 1:
-        return ","
-    for delimiter in OTHER_DELIMITERS:
-        if len(next(csv.reader([first_line], delimiter=delimiter), [])) > 1:
-            return delimiter
-    return ","
+    """The field delimiter of a CSV file whose first line is `first_line` (its header row): the one of ",", ";", tab
+    and "|" that splits that row into the most fields, the comma on a tie (so a header of one name stays a comma
+    file, and a tab-separated header whose names hold a comma is read by tabs)."""
+    fields = {d: len(next(csv.reader([first_line], delimiter=d), [])) for d in (",", *OTHER_DELIMITERS)}
+    return max(fields, key=lambda d: (fields[d], d == ","))
 
 
 def _parse_csv(parsed: _Parsed, progress: bool) -> None:
