@@ -7,7 +7,7 @@ import click
 
 from ..config import PIN_ALL
 from ..errors import TicketrecError
-from .common import echo_json, main, open_store, settings
+from .common import echo_json, main, one_line, open_store, settings
 
 
 def _build_index_here(model_dir, full: bool, float16: bool | None, workers: int | None = None) -> dict:
@@ -173,10 +173,10 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
     for r in answer.items:
         t = r.ticket
         click.secho(f"{r.rank:>2}. [{r.score:.2f}] {t.id}: {t.subject}", bold=True)
-        solution = " ".join(t.solution.split())
-        click.echo(f"    solution: {_cut(solution)}" if solution else f"    solution: {NO_SOLUTION}")
+        solution = one_line(t.solution, 300)
+        click.echo(f"    solution: {solution or NO_SOLUTION}")
         if not solution and t.description.strip():  # then the description is what tells whether it fits
-            click.echo(f"    description: {_cut(' '.join(t.description.split()))}")
+            click.echo(f"    description: {one_line(t.description, 300)}")
         why = ", ".join(f"{CHANNEL_LABELS.get(c, (c,))[0]} {p} %" for c, p in share_percentages(r.channel_shares))
         click.echo(f"    why: {why or NO_CHANNEL_SETS_IT_APART}")
         if r.shared_terms:
@@ -186,11 +186,6 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
     click.echo(f"index {info.index_version}, model {info.model_version}", err=True)
     if info.fallback_reason:
         click.secho(f"note: answered in-process: {info.fallback_reason}", fg="yellow", err=True)
-
-
-def _cut(text: str, limit: int = 300) -> str:
-    """`text` cut to `limit` characters, with "…" when it was longer."""
-    return text[:limit] + ("…" if len(text) > limit else "")
 
 
 def _celery_app():

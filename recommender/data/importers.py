@@ -239,12 +239,14 @@ def _json_field(record: dict, name: str) -> Any:
     """`record[name]`; else, for a dotted name ("fields.summary"), the nested field it names; else `_ABSENT`."""
     if name in record:
         return record[name]
+    if "." not in name:
+        return _ABSENT
     value: Any = record
-    for part in name.split(".") if "." in name else ():
+    for part in name.split("."):
         if not isinstance(value, dict) or part not in value:
             return _ABSENT
         value = value[part]
-    return value if "." in name else _ABSENT
+    return value
 
 
 def _mapped_json_ticket(parsed: _Parsed, where: str, record: dict, seen: set[str]) -> Ticket:

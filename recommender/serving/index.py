@@ -838,6 +838,13 @@ def _check_free_space(root: Path, needed: int) -> None:
             "or delete old version folders) and run `ticketrec index` again")
 
 
+def stored_tickets(store) -> tuple[list[str], np.ndarray]:
+    """The store's ticket ids in their stored order and each one's last update time (what a build encodes)."""
+    versions = store.ticket_versions()
+    ids = [tid for tid in store.ticket_ids() if tid in versions]
+    return ids, np.array([versions[tid] for tid in ids], np.float64)
+
+
 def unchanged_rows(index: TicketIndex, ids: Sequence[str], updated: np.ndarray) -> np.ndarray:
     """For each ticket of `ids` (last updated at `updated`, the store's times), its row in `index` when the index
     holds it as it is now, else -1 (a ticket new since the build, or changed)."""
@@ -881,11 +888,9 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
             except IndexStateError as exc:
                 full_because = f"the current index cannot be reused ({exc})"
                 log.warning("%s; building from scratch", full_because)
-        versions = store.ticket_versions()
-        ids = [tid for tid in store.ticket_ids() if tid in versions]
+        ids, updated = stored_tickets(store)
         if not ids:
             raise IndexStateError("the knowledge base is empty; import tickets first (`ticketrec import FILE`)")
-        updated = np.array([versions[tid] for tid in ids], np.float64)
         dtype = settings.vector_dtype(len(ids)) if float16 is None else ("float16" if float16 else "float32")
 
         reuse_src = np.full(len(ids), -1, np.int64)

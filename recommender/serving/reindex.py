@@ -8,12 +8,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
-
 from ..config import Settings
 from ..data.store import Store
 from ..model.bundle import TicketModel
-from .index import TicketIndex, build_index, current_version, open_current, unchanged_rows
+from .index import TicketIndex, build_index, current_version, open_current, stored_tickets, unchanged_rows
 
 
 def default_model_dir(settings: Settings) -> Path:
@@ -57,9 +55,7 @@ def pending_changes(settings: Settings, store: Store, index: TicketIndex) -> dic
     """What a reindex would change in `index`: the store's tickets new or changed since it was built, and
     the version of the model in TICKETREC_MODEL when that is another than the one `index` carries (None when they
     are the same, or TICKETREC_MODEL holds none): `ticketrec index` would build with it."""
-    versions = store.ticket_versions()
-    ids = [tid for tid in store.ticket_ids() if tid in versions]
-    updated = np.array([versions[tid] for tid in ids], np.float64)
+    ids, updated = stored_tickets(store)
     kept = unchanged_rows(index, ids, updated) >= 0
     lookup = index.row_of
     new = sum(1 for tid in ids if tid not in lookup)
