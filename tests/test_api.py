@@ -79,6 +79,8 @@ def test_feedback_must_be_a_json_object(api, web_kb):
     ({"subject": "s", "description": "d", "k": 0}, 400, "'k'"),
     ({"subject": "s", "description": "d", "k": 101}, 400, "'k'"),
     ({"subject": "s", "description": "x" * 201}, 413, "limit is 200"),
+    ({"subject": "s", "description": "d", "html": "yes"}, 400, "'html' must be true or false"),
+    ({"subject": "<p><img src='x.png'></p>", "description": "d", "html": True}, 400, "no text once read as HTML"),
 ])
 def test_recommendation_requests_are_validated(api, payload, status, says):
     assert says in assert_json_error(api.post("/api/v1/recommendations", json=payload), status)
@@ -186,6 +188,19 @@ def test_default_k_is_ten(engine_api):
 def test_a_query_without_words_is_a_400(engine_api):
     assert "no words" in assert_json_error(
         engine_api.post("/api/v1/recommendations", json={"subject": "!!!", "description": "<b></b> ..."}), 400)
+
+
+def test_a_rich_text_query_reads_as_its_text_when_it_says_it_is_html(engine_api):
+    """A help desk that stores HTML posts its new ticket as stored: with "html": true it is answered (and keyed) as
+    its text, as `ticketrec import` reads the knowledge base; without, the markup is the text sent."""
+    plain = {"subject": "Valve seal leak & drift", "description": "Actuator pressure drops.\n\ngasket leaking"}
+    rich = {"subject": "Valve seal leak &amp; drift", "html": True,
+            "description": '<div style="color:red"><p>Actuator pressure drops.</p><p>gasket leaking</p></div>'}
+    answers = [engine_api.post("/api/v1/recommendations", json=body).get_json() for body in (plain, rich)]
+    assert answers[1]["query_key"] == answers[0]["query_key"] == query_key(plain["subject"], plain["description"])
+    assert [r["ticket"]["id"] for r in answers[1]["results"]] == [r["ticket"]["id"] for r in answers[0]["results"]]
+    as_sent = engine_api.post("/api/v1/recommendations", json=dict(rich, html=False)).get_json()
+    assert as_sent["query_key"] == query_key(rich["subject"], rich["description"])
 
 
 def test_api_feedback_records_the_served_versions(engine_api, web_engine):

@@ -171,3 +171,39 @@ def test_subject_only_tickets_end_to_end(cli, tmp_path, tiny_model, monkeypatch)
     # tickets without a solution show their description instead of an empty solution box, and the page says so
     assert html.count('<details class="ticket-text" open>') == 3 and 'class="solution"' not in html
     assert "<h2>Top 3 similar tickets</h2>" in html
+
+
+RICH_EXPORT = """Ticket,Subject,Description,Solution
+Z1,Compressor trips on vibration,"<div style=""color:#333""><p>Tripped twice at start.</p><ul><li>bearing alarm</li><li>high vibration</li></ul></div>","<p>Re-align the coupling&nbsp;and check the bearing.</p>"
+Z2,Lube oil pressure low,<p>Alarm after the <b>filter</b> change.</p>,<p>Bleed the filter housing.</p>
+Z3,Valve sticks at part load,<p>Stem stuck at 40&#37; load.</p>,Clean the stem.
+"""
+
+
+def test_a_rich_text_export_is_served_without_its_markup(cli, tmp_path, tiny_model, monkeypatch):
+    """A help desk that stores HTML: `ticketrec import` says which fields it read as HTML, and what the CLI, the API
+    and the results page show is the tickets' text, no tag, style or entity."""
+    from web import create_app
+
+    from recommender.config import Settings
+
+    export = tmp_path / "zendesk.csv"
+    export.write_text(RICH_EXPORT, encoding="utf-8")
+    result = cli("import", export, "--map", "id=Ticket", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "read 3 of 3 descriptions as HTML" in result.stderr and "read 2 of 3 solutions as HTML" in result.stderr
+    monkeypatch.setenv("TICKETREC_MODEL", str(tiny_model[0]))
+    monkeypatch.setenv("TICKETREC_CANDIDATES", "0")
+    assert cli("index").exit_code == 0
+    answer = json.loads(cli("recommend", "--subject", "compressor trip", "-k", 3, "--json").output)
+    z1 = next(r["ticket"] for r in answer["results"] if r["ticket"]["id"] == "Z1")
+    assert z1["description"] == "Tripped twice at start.\n\n  * bearing alarm\n  * high vibration"
+    assert z1["solution"] == "Re-align the coupling and check the bearing."
+    app = create_app({"TESTING": True, "WTF_CSRF_ENABLED": False, "TICKETREC_SETTINGS": Settings.from_env()})
+    page = app.test_client().post("/", data={"subject": "compressor trip", "description": ""}).get_data(as_text=True)
+    assert "Bleed the filter housing." in page and "Stem stuck at 40% load." in page
+    assert "&lt;p&gt;" not in page and "nbsp" not in page and "color:#333" not in page
+    assert json.loads(cli("search", "style color", "--json").output)["hits"] == []  # no tag or style word is a term
+    result = cli("import", export, "--map", "id=Ticket", "--html", "no", "--quiet")  # as written, on request
+    assert result.exit_code == 0 and "as HTML" not in result.stderr and cli("index").exit_code == 0
+    assert [h["id"] for h in json.loads(cli("search", "style color", "--json").output)["hits"]] == ["Z1"]

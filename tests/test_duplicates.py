@@ -351,3 +351,25 @@ def test_the_grid_mode_still_runs(tmp_path, monkeypatch):
     out = result.stdout  # training prints its stages to stdout before the JSON summary
     assert json.loads(out[out.index("{\n"):])["rows"] == 3
     assert "ticketrec evaluate --train" in (tmp_path / "grid" / "report.md").read_text(encoding="utf-8")
+
+
+def test_evaluate_reads_a_rich_text_export_as_import_does(export_files, tiny_model, tmp_path, monkeypatch):
+    """The same export with HTML bodies (what a rich-text help desk exports) ranks exactly as its plain text, since
+    both `ticketrec import` and `evaluate --kb` read it as HTML; with `--html no` the report's command says so."""
+    kb, links = export_files
+    rich = tmp_path / "rich.csv"
+    rich.write_text(re.sub(r"^(H-\d+,[^,]+),(.*),(\w+)$", lambda m: f'{m[1]},"<div><p>{m[2]}</p></div>",{m[3]}',
+                           EXPORT, flags=re.M), encoding="utf-8")
+    assert "<div><p>Paper tray jams every morning.</p></div>" in rich.read_text(encoding="utf-8")
+    args = [*MAP, "--duplicates", links, "--model", tiny_model[0], "--no-baselines", "--json"]
+    plain = run(["evaluate", "--kb", kb, *args], tmp_path, monkeypatch)
+    read = run(["evaluate", "--kb", rich, *args], tmp_path, monkeypatch)
+    assert plain.exit_code == 0 and read.exit_code == 0, read.output
+    assert "read 12 of 12 descriptions as HTML" in read.stderr
+    drop = ("system",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in json.loads(read.stdout)] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in json.loads(plain.stdout)]
+    raw = run(["evaluate", "--kb", rich, *args, "--html", "no", "--out", tmp_path / "raw"], tmp_path, monkeypatch)
+    assert raw.exit_code == 0, raw.output
+    assert "read 12 of 12" not in raw.stderr
+    assert "--html no --duplicates" in (tmp_path / "raw" / "report.md").read_text(encoding="utf-8")

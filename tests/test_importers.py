@@ -444,3 +444,113 @@ def test_links_without_a_header(tmp_path):
         load_links(tmp_path / "one.csv")
     with pytest.raises(InputError, match="does not exist"):
         load_links(tmp_path / "nope.csv")
+
+
+# -- HTML exports ---------------------------------------------------------------------------------------------------
+HTML_EXPORT = [
+    {"Ticket": "Z1", "Subject": "Printer jams on floor 3",
+     "Description": '<div style="font-family:Arial"><p>Hi team,</p><p>The printer jams <b>every</b>&nbsp;morning. '
+                    "We tried:</p><ul><li>new toner</li><li>a reboot</li></ul><p>Thanks,<br>Ann</p></div>",
+     "Solution": "<p>Replace the pick-up roller.</p><script>track()</script><style>p{color:red}</style>"},
+    {"Ticket": "Z2", "Subject": "VPN drops at 5pm",
+     "Description": "<p>Log:</p><pre>12:00 connect\n  17:00 timeout (code 809)</pre><p>AT&amp;T line</p>",
+     "Solution": "Raise the idle timeout."},
+    {"Ticket": "Z3", "Subject": "Outlook asks for the password", "Description": "<p>Since the update.</p>",
+     "Solution": ""},
+]
+HTML_MAPPING = {"id": "Ticket", "subject": "Subject", "description": "Description", "solution": "Solution"}
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    import csv
+
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_a_rich_text_export_is_read_as_the_text_a_browser_shows(tmp_path):
+    """Help desks that store HTML export it: with --html auto a field most of whose values hold markup is read as
+    HTML, so no tag or style word reaches BM25 or a result card; a value without markup stays as written."""
+    warnings: list[str] = []
+    data = load(write_csv(tmp_path / "zendesk.csv", HTML_EXPORT), mapping=HTML_MAPPING, warn=warnings.append)
+    z1, z2, z3 = data.tickets
+    assert z1.description == ("Hi team,\n\nThe printer jams every morning. We tried:\n\n  * new toner\n  * a reboot\n\n"
+                              "Thanks,\nAnn")
+    assert z1.solution == "Replace the pick-up roller."  # script and style dropped
+    assert z2.description == "Log:\n\n12:00 connect\n  17:00 timeout (code 809)\n\nAT&T line"  # <pre> kept as laid out
+    assert z2.solution == "Raise the idle timeout." and z3.description == "Since the update."
+    assert z1.subject == "Printer jams on floor 3"
+    assert warnings == [f"{tmp_path / 'zendesk.csv'}: read 3 of 3 descriptions as HTML (the text a browser shows: "
+                        "tags, styles and scripts dropped, paragraphs and list items as lines); --html no keeps them "
+                        "as written",
+                        f"{tmp_path / 'zendesk.csv'}: read 1 of 2 solutions as HTML (the text a browser shows: "
+                        "tags, styles and scripts dropped, paragraphs and list items as lines); --html no keeps them "
+                        "as written"]
+    raw = load(tmp_path / "zendesk.csv", mapping=HTML_MAPPING, html="no", warn=warnings.append)
+    assert raw.tickets[0].description == HTML_EXPORT[0]["Description"] and len(warnings) == 2
+
+
+def test_plain_text_that_quotes_a_tag_now_and_then_is_kept_as_written(tmp_path):
+    """A bug tracker's plain text quotes markup in a few tickets: under auto it stays as written (line breaks,
+    "<HTML Source>", "x < 5 and y > 3"), with one line saying how many values hold markup; --html yes reads them."""
+    rows = [{"Ticket": f"B{i}", "Subject": f"Crash number {i}", "Description": f"Steps:\n1. open\n2. crash {i}"}
+            for i in range(5)]
+    rows[0]["Description"] = "Switch to <HTML Source>, then <br> is lost\nwhen x < 5 and y > 3"
+    rows[1]["Description"] = "Mail me at <ann@example.com> or see <https://example.com/b/1>"
+    path = write_csv(tmp_path / "bugs.csv", rows)
+    warnings: list[str] = []
+    mapping = {"id": "Ticket", "subject": "Subject", "description": "Description"}
+    data = load(path, mapping=mapping, warn=warnings.append)
+    assert [t.description for t in data.tickets] == [r["Description"] for r in rows]
+    assert warnings == [f"{path}: 1 of 5 descriptions hold HTML markup, too few to read the field as HTML; kept as "
+                        "written (--html yes reads them as HTML)"]
+    forced = load(path, mapping=mapping, html="yes", warn=warnings.append).tickets
+    assert forced[0].description == "Switch to , then\nis lost when x < 5 and y > 3"  # what a browser shows
+    assert forced[1:] == data.tickets[1:]  # no markup: as written, even with --html yes
+
+
+def test_a_ticket_that_holds_only_markup_is_refused_by_id(tmp_path):
+    rows = [dict(HTML_EXPORT[0], Ticket="Z9", Subject="", Description='<p><img src="x.png"></p>')] + HTML_EXPORT
+    with pytest.raises(InputError, match=r"ticket 'Z9': its subject and description hold no text once read as HTML; "
+                                         r"fill in one of them, or import with --html no \(nothing was imported\)"):
+        load(write_csv(tmp_path / "z.csv", rows), mapping=HTML_MAPPING)
+    assert load(tmp_path / "z.csv", mapping=HTML_MAPPING, html="no").tickets[0].id == "Z9"
+
+
+def test_html_in_jsonl_exports_and_pair_files_reads_the_same(tmp_path):
+    records = [{"id": r["Ticket"], "subject": r["Subject"], "description": r["Description"],
+                "solution": r["Solution"]} for r in HTML_EXPORT]
+    jsonl = load(write_jsonl(tmp_path / "kb.jsonl", [dict(r, type="ticket") for r in records]))
+    csv_data = load(write_csv(tmp_path / "z.csv", HTML_EXPORT), mapping=HTML_MAPPING)
+    assert [(t.id, t.description, t.solution) for t in jsonl.tickets] == \
+        [(t.id, t.description, t.solution) for t in csv_data.tickets]
+    pairs = load(write_jsonl(tmp_path / "q.jsonl", [
+        {"type": "query", "id": "Q1", "subject": "jams", "description": "<p>Paper&nbsp;jam</p>"},
+        {"type": "query", "id": "Q2", "subject": "vpn", "description": "<p>drops</p>"}]))
+    assert [q.description for q in pairs.queries] == ["Paper jam", "drops"]
+
+
+def test_semeval_text_is_never_read_as_html(tmp_path):
+    """SemEval's forum text is plain, however many of its questions quote markup."""
+    path = tmp_path / "mini.xml"
+    path.write_text(SEMEVAL.replace("Which bank is good?", "Which bank is &lt;b&gt;good&lt;/b&gt;?"), encoding="utf-8")
+    warnings: list[str] = []
+    assert load(path, warn=warnings.append).queries[0].description == "Which bank is <b>good</b>?"
+    assert warnings == []
+
+
+def test_html_is_decoded_once_and_what_cannot_be_laid_out_keeps_its_words():
+    from recommender.data.markup import holds_markup, html_to_text
+
+    # an escaped entity name or a URL's "&timestamp=" shows as written (inscriptis alone would decode it twice)
+    assert html_to_text("<p>Write &amp;auml; or &amp;lt;b&amp;gt;: see /v?a=1&amp;timestamp=2&amp;reg=eu</p>") == \
+        "Write &auml; or &lt;b&gt;: see /v?a=1&timestamp=2&reg=eu"
+    deep = "<p>start</p>" + "<div>" * 3000 + "deep &amp; nested" + "</div>" * 3000
+    assert html_to_text(deep) == "start deep & nested"  # past the recursion limit: the words between the tags
+    assert html_to_text("<!-- a comment only -->") == ""
+    assert [holds_markup(t) for t in ("<p>x</p>", "a<br/>b", "AT&amp;T", "x < 5 and y > 3", "<stdin>",
+                                      "<https://example.com>", "<ann@example.com>", "a & b", "")] == \
+        [True, True, True, False, False, False, False, False, False]

@@ -12,6 +12,7 @@ from flask import Blueprint, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from recommender.errors import InputError, TicketrecError
+from recommender.data.markup import holds_markup, html_to_text
 from recommender.data.records import MAX_ID_CHARS
 from recommender.data.store import Feedback, query_key
 
@@ -77,13 +78,20 @@ def _query(data: dict[str, Any]) -> tuple[str, str]:
     subject = _text(data, "subject", MAX_SUBJECT)
     description = _text(data, "description", int(current_app.config["MAX_DESCRIPTION"]), too_long_status=413,
                         required=False)  # a subject alone is a valid query
+    as_html = data.get("html", False)
+    if not isinstance(as_html, bool):
+        raise ApiError(400, f"'html' must be true or false, not {type(as_html).__name__}")
+    if as_html:  # a rich-text help desk's ticket: its text, as `ticketrec import --html` reads the knowledge base
+        subject, description = (html_to_text(v) if holds_markup(v) else v for v in (subject, description))
+        if not subject:
+            raise ApiError(400, "'subject' holds no text once read as HTML")
     return subject, description
 
 
 @bp.post("/recommendations")
 @auth.require("read")
 def recommendations():
-    """`{"subject", "description", "k"}` → the top k tickets with calibrated scores and explanations."""
+    """`{"subject", "description", "k", "html"}` → the top k tickets with calibrated scores and explanations."""
     data = _body()
     subject, description = _query(data)
     k = data.get("k", 10)

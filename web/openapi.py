@@ -59,6 +59,10 @@ def _query_properties(max_description: int) -> dict[str, Any]:
                         "description": f"Its DESCRIPTION (optional: a subject alone is a valid query); over "
                                        f"{max_description:,} characters (TICKETREC_MAX_DESCRIPTION) is refused "
                                        "with 413."},
+        "html": {"type": "boolean", "default": False,
+                 "description": "true: the subject and description are HTML (a rich-text help desk's ticket) and are "
+                                "read as the text a browser shows, as `ticketrec import --html` reads the tickets; "
+                                "a subject with no text once read is refused (400)."},
     }
 
 

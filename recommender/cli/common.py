@@ -7,6 +7,7 @@ import sys
 import click
 
 from ..config import Settings
+from ..data.markup import HTML_MODES, HTML_SHARE
 from ..errors import TicketrecError
 
 
@@ -50,6 +51,13 @@ def echo_json(data) -> None:
 def warn(message: str) -> None:
     """A one-line warning on stderr."""
     click.secho(f"warning: {message}", fg="yellow", err=True)
+
+
+#: `--html` of the commands that read a help desk's export (`ticketrec import`, `evaluate --kb`).
+html_option = click.option(
+    "--html", type=click.Choice(HTML_MODES), default="auto", show_default=True,
+    help="read descriptions, solutions and subjects as HTML (the text a browser shows): auto = a field when at least "
+         f"{HTML_SHARE:.0%} of its values hold markup (a rich-text export), yes = every value with markup, no = as written")
 
 
 def column_mapping(maps, mapping_file) -> dict | None:

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from .common import column_mapping, echo_json, main, settings, warn
+from .common import column_mapping, echo_json, html_option, main, settings, warn
 
 
 
@@ -37,6 +37,7 @@ from .common import column_mapping, echo_json, main, settings, warn
               help="column mapping of --kb, as in `ticketrec import`")
 @click.option("--mapping", "mapping_file", type=click.Path(dir_okay=False), default=None,
               help="column mapping of --kb in a file, as in `ticketrec import`")
+@html_option
 @click.option("--duplicates", "links_path", type=click.Path(dir_okay=False), default=None,
               help="duplicates: CSV of duplicate links (two ticket-id columns, header optional)")
 @click.option("--link-columns", nargs=2, default=None, metavar="A B",
@@ -45,7 +46,7 @@ from .common import column_mapping, echo_json, main, settings, warn
               help="duplicates and --model --test: also BM25, MiniLM and their reciprocal-rank fusion")
 @click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
 def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candidates, model_dir, kb_path, maps,
-             mapping_file, links_path, link_columns, baselines, as_json, cv_folds=None, jobs=None) -> None:
+             mapping_file, html, links_path, link_columns, baselines, as_json, cv_folds=None, jobs=None) -> None:
     """Evaluate: the Table 5 grid (--train --dev --out), its cross-validation (--cv K), a saved model on labelled
     data (--model --test), or a model against BM25 and MiniLM on real duplicate links (--kb --duplicates)."""
     from pathlib import Path
@@ -62,7 +63,8 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
         from ..evaluation.duplicates import public_rows, run_duplicates
 
         command = _command_line(["evaluate", "--kb", kb_path] + [a for m in maps for a in ("--map", m)]
-                                + (["--mapping", mapping_file] if mapping_file else []) + ["--duplicates", links_path]
+                                + (["--mapping", mapping_file] if mapping_file else [])
+                                + (["--html", html] if html != "auto" else []) + ["--duplicates", links_path]
                                 + (["--link-columns", *link_columns] if link_columns else [])
                                 + (["--model", model_dir] if model_dir else [])
                                 + (["--out", out_dir] if out_dir else [])
@@ -75,10 +77,10 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
             from ..evaluation.siamese_duplicates import run_siamese_duplicates
 
             results = run_siamese_duplicates(kb_path, links_path, mapping=column_mapping(maps, mapping_file),
-                                             link_columns=link_columns, out=out_dir, seed=seed, command=command,
+                                             html=html, link_columns=link_columns, out=out_dir, seed=seed, command=command,
                                              progress=not as_json, warn=warn)
         else:
-            results = run_duplicates(kb_path, links_path, mapping=column_mapping(maps, mapping_file),
+            results = run_duplicates(kb_path, links_path, mapping=column_mapping(maps, mapping_file), html=html,
                                      link_columns=link_columns, model_dir=model_dir, settings=cfg, baselines=baselines,
                                      out=out_dir, seed=seed, command=command, progress=not as_json, warn=warn)
         rows = public_rows(results["rows"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..errors import TicketrecError
-from .common import column_mapping, echo_json, main, one_line, open_store, settings, warn
+from .common import column_mapping, echo_json, html_option, main, one_line, open_store, settings, warn
 
 
 @main.command("import")
@@ -16,8 +16,9 @@ from .common import column_mapping, echo_json, main, one_line, open_store, setti
                    'e.g. --map id="Issue id" --map subject=Summary; repeat per field')
 @click.option("--mapping", "mapping_file", type=click.Path(dir_okay=False), default=None,
               help="the same mapping in a file: a JSON object or FIELD=COLUMN lines (--map entries override it)")
+@html_option
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def import_(files, fmt: str, maps, mapping_file, quiet: bool) -> None:
+def import_(files, fmt: str, maps, mapping_file, html: str, quiet: bool) -> None:
     """Import tickets, queries and labelled pairs from FILE... in one transaction (all or nothing)."""
     from ..data.importers import load_many
 
@@ -25,7 +26,7 @@ def import_(files, fmt: str, maps, mapping_file, quiet: bool) -> None:
     with open_store() as store:
         known_queries = [q.id for q in store.queries()]
         data = load_many(list(files), fmt, progress=not quiet, known_ticket_ids=store.ticket_ids(),
-                         known_query_ids=known_queries, mapping=mapping, warn=warn)
+                         known_query_ids=known_queries, mapping=mapping, warn=warn, html=html)
         if not quiet:
             click.echo(f"writing {len(data.tickets)} tickets, {len(data.queries)} queries, "
                        f"{len(data.pairs)} pairs to {store.path} ...", err=True)

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from ..config import Settings, default
 from ..errors import InputError
+from .markup import HTML_MODES, read_html
 from .records import LABEL_SCORES, LabeledPair, Query, Ticket, check_id, check_text, parse_json
 from .store import Dataset
 
@@ -604,8 +605,31 @@ def _warn_cut(parts: Sequence[_Parsed], warn: Warn | None) -> None:
                           "TICKETREC_MAX_SUBJECT_CHARS / TICKETREC_MAX_FIELD_CHARS to keep more")
 
 
+def _read_html(parsed: _Parsed, mode: str, warn: Warn, progress: bool) -> None:
+    """The file's ticket and query fields that `mode` reads as HTML (`markup.read_html`) replaced by their text, with
+    one line to `warn` per field that holds markup saying how it was read."""
+    for kind, records, fields in (("ticket", parsed.tickets, ("subject", "description", "solution")),
+                                  ("query", parsed.queries, ("subject", "description"))):
+        read, found = read_html(list(records.values()), fields, mode, progress)
+        for record in read:
+            if not record.subject and not record.description:
+                raise parsed.fail(f"{kind} {_shown(record.id, 40)}", "its subject and description hold no text once "
+                                  "read as HTML", "fill in one of them, or import with --html no")
+            records[record.id] = record
+        prefix = "" if kind == "ticket" else "query "
+        what = {f: f"{f.with_markup:,} of {f.filled:,} {prefix}{f.name}s" for f in found}
+        for field_read in found:
+            if field_read.as_html:
+                warn(f"{parsed.path}: read {what[field_read]} as HTML (the text a browser shows: tags, styles and "
+                     "scripts dropped, paragraphs and list items as lines); --html no keeps them as written")
+        kept = [what[f] for f in found if not f.as_html]
+        if kept and mode == "auto":
+            warn(f"{parsed.path}: {' and '.join(kept)} hold HTML markup, too few to read {'those fields' if len(kept) > 1 else 'the field'} "
+                 "as HTML; kept as written (--html yes reads them as HTML)")
+
+
 def _parse(path: str | Path, fmt: str, progress: bool, mapping: ColumnMap | None = None,
-           warn: Warn | None = None, limits: tuple[int, int] | None = None) -> _Parsed:
+           warn: Warn | None = None, limits: tuple[int, int] | None = None, html: str = "auto") -> _Parsed:
     path = Path(path)
     kind = detect_format(path, fmt)
     if not path.is_file():
@@ -617,6 +641,8 @@ def _parse(path: str | Path, fmt: str, progress: bool, mapping: ColumnMap | None
         _PARSERS[kind](parsed, progress)
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from exc
+    if kind != "semeval":  # an export's text; SemEval's is the forum's plain text
+        _read_html(parsed, html, warn or log.warning, progress)
     if parsed.repeated:
         ids = list(dict.fromkeys(parsed.repeated))
         (warn or log.warning)(f"{path}: {len(parsed.repeated)} records repeat an earlier id with only white-space or "
@@ -659,31 +685,36 @@ def _merge(parts: Sequence[_Parsed], known_ticket_ids: Iterable[str], known_quer
 
 def load(path: str | Path, fmt: str = "auto", *, progress: bool = False,
          known_ticket_ids: Iterable[str] = (), known_query_ids: Iterable[str] = (),
-         mapping: ColumnMap | None = None, warn: Warn | None = None, settings: Settings | None = None) -> Dataset:
+         mapping: ColumnMap | None = None, warn: Warn | None = None, settings: Settings | None = None,
+         html: str = "auto") -> Dataset:
     """Parse and validate one file (JSONL, CSV or SemEval XML) into a Dataset; `InputError` on any bad record.
 
     Pairs may name tickets/queries in `known_*` (e.g. the store's) besides those of the file. `mapping` reads a
     help desk's export of tickets (CSV or JSONL with its own column names, see `check_mapping`); `warn` gets the
     one-line warnings (default: the log). Fields longer than `settings.max_subject_chars` (subjects) or
     `settings.max_field_chars` (descriptions, solutions) are cut to that length, and one warning line says how many
-    tickets were cut (`settings` default: `Settings.from_env()`).
+    tickets were cut (`settings` default: `Settings.from_env()`). `html` says which fields of a CSV or JSONL file
+    are read as HTML (`markup.read_html`: auto, yes, no); one line to `warn` per field that holds markup.
     """
     return load_many([path], fmt, progress=progress, known_ticket_ids=known_ticket_ids,
-                     known_query_ids=known_query_ids, mapping=mapping, warn=warn, settings=settings)
+                     known_query_ids=known_query_ids, mapping=mapping, warn=warn, settings=settings, html=html)
 
 
 def load_many(paths: Sequence[str | Path], fmt: str = "auto", *, progress: bool = False,
               known_ticket_ids: Iterable[str] = (), known_query_ids: Iterable[str] = (),
-              mapping: ColumnMap | None = None, warn: Warn | None = None, settings: Settings | None = None) -> Dataset:
+              mapping: ColumnMap | None = None, warn: Warn | None = None, settings: Settings | None = None,
+              html: str = "auto") -> Dataset:
     """Parse and validate several files and merge them (a later file's record replaces an earlier one's);
-    a pair may name a ticket or query of any of the files. `mapping`, `warn` and `settings` as in `load` (for
-    every file; one warning line for the fields cut in all of them)."""
+    a pair may name a ticket or query of any of the files. `mapping`, `warn`, `settings` and `html` as in `load`
+    (for every file, each file's fields decided on their own; one warning line for the fields cut in all of them)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     if not paths:
         raise InputError("no input file given; name at least one JSONL, CSV or SemEval XML file")
+    if html not in HTML_MODES:
+        raise InputError(f"unknown HTML mode {html!r}; use one of {', '.join(HTML_MODES)}")
     limits = _limits(settings)
-    parts = [_parse(p, fmt, progress, mapping, warn, limits) for p in paths]
+    parts = [_parse(p, fmt, progress, mapping, warn, limits, html) for p in paths]
     dataset = _merge(parts, known_ticket_ids, known_query_ids)
     _warn_cut(parts, warn)
     return dataset

@@ -344,6 +344,7 @@ def run_duplicates(
     links_path: str | Path,
     *,
     mapping: Mapping[str, str] | None = None,
+    html: str = "auto",
     link_columns: Sequence[str] | None = None,
     model_dir: str | Path | None = None,
     settings=None,
@@ -355,9 +356,9 @@ def run_duplicates(
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
 ) -> dict:
-    """Import the knowledge base (`mapping` for an export's own columns) and the links, evaluate the model
-    (`model_dir`, default the settings' model) through the engine, then BM25, MiniLM and their RRF (when
-    `baselines`), and write the report into `out` when given. Returns the results (rows first the model's).
+    """Import the knowledge base (`mapping` for an export's own columns, `html` as `ticketrec import --html`) and
+    the links, evaluate the model (`model_dir`, default the settings' model) through the engine, then BM25, MiniLM
+    and their RRF (when `baselines`), and write the report into `out` when given. Returns the results (rows first the model's).
     MiniLM and RRF are left out, with a note, when the pretrained extra is not installed."""
     import datetime as _dt
 
@@ -371,7 +372,7 @@ def run_duplicates(
 
     torch.set_num_threads(1)
     settings = settings or Settings.from_env()
-    data = load(kb_path, mapping=mapping, warn=warn, progress=progress)
+    data = load(kb_path, mapping=mapping, warn=warn, progress=progress, html=html)
     tickets = data.tickets
     if not tickets:
         raise InputError(f"{kb_path} holds no ticket; give the knowledge base's tickets with --kb")

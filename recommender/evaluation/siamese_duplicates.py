@@ -32,7 +32,8 @@ def encoder_ranker(encoder, tickets: Sequence) -> Callable:
 
 
 def run_siamese_duplicates(kb_path: str | Path, links_path: str | Path, *, mapping: dict | None = None,
-                           link_columns: Sequence[str] | None = None, out: str | Path | None = None, seed: int = 0,
+                           html: str = "auto", link_columns: Sequence[str] | None = None,
+                           out: str | Path | None = None, seed: int = 0,
                            n_boot: int = 2000, command: str = "", progress: bool = True,
                            warn: Callable[[str], None] | None = None, rows: Sequence[Row] | None = None) -> dict:
     """The `siamese` grid's encoder rows on duplicate links, beside BM25: each row that needs no labels trained on the
@@ -50,7 +51,7 @@ def run_siamese_duplicates(kb_path: str | Path, links_path: str | Path, *, mappi
     from ..data.importers import load, load_links
 
     torch.set_num_threads(1)
-    data = load(kb_path, mapping=mapping, warn=warn, progress=progress)
+    data = load(kb_path, mapping=mapping, warn=warn, progress=progress, html=html)
     tickets = data.tickets
     if not tickets:
         raise InputError(f"{kb_path} holds no ticket; give the knowledge base's tickets with --kb")
