@@ -554,3 +554,50 @@ def test_html_is_decoded_once_and_what_cannot_be_laid_out_keeps_its_words():
     assert [holds_markup(t) for t in ("<p>x</p>", "a<br/>b", "AT&amp;T", "x < 5 and y > 3", "<stdin>",
                                       "<https://example.com>", "<ann@example.com>", "a & b", "")] == \
         [True, True, True, False, False, False, False, False, False]
+
+
+# -- fields spread over repeated columns (Jira's comments) ------------------------------------------------------------
+JIRA_EXPORT = """Summary,Issue key,Description,Comment,Labels,Comment,Comment
+Printer jams,HD-1,Tray 2 jams every morning.,29/Nov/26 7:00 AM;ann;Replaced the roller.,it,,29/Nov/26 9:00 AM;bob;Fixed.
+VPN drops,HD-2,Drops at 5pm.,,net,,
+"""
+
+
+def test_a_field_spread_over_repeated_columns_joins_them(tmp_path):
+    """Jira's CSV export writes one "Comment" column per comment: mapped to the solution, all of them are read
+    (empty cells skipped, a blank line between); the id or subject column may not repeat."""
+    path = tmp_path / "jira.csv"
+    path.write_text(JIRA_EXPORT, encoding="utf-8")
+    hd1, hd2 = load(path, mapping={"id": "Issue key", "subject": "Summary", "solution": "Comment"}).tickets
+    assert hd1.solution == "29/Nov/26 7:00 AM;ann;Replaced the roller.\n\n29/Nov/26 9:00 AM;bob;Fixed."
+    assert hd2.solution == "" and hd1.description == "Tray 2 jams every morning." and hd1.metadata == {"labels": "it"}
+    path.write_text(JIRA_EXPORT.replace("Labels", "Summary"), encoding="utf-8")
+    with pytest.raises(InputError, match=r"line 1, column 1: the column 'Summary' \(for subject\) appears more than "
+                                         r"once; rename one of them"):
+        load(path, mapping={"id": "Issue key", "subject": "Summary", "solution": "Comment"})
+
+
+def test_a_json_list_of_strings_is_one_text(tmp_path):
+    path = write_jsonl(tmp_path / "export.jsonl", [
+        {"key": "HD-1", "title": "Printer jams", "comments": ["Replaced the roller.", "", None, " Fixed. "]},
+        {"key": "HD-2", "title": "VPN drops", "comments": []},
+    ])
+    mapping = {"id": "key", "subject": "title", "solution": "comments"}
+    assert [t.solution for t in load(path, mapping=mapping).tickets] == ["Replaced the roller.\n\nFixed.", ""]
+    with pytest.raises(InputError, match=r"field 'subject' must be a string, not list"):
+        load(path, mapping={"id": "key", "subject": "comments"})
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"key": "HD-3", "title": "x", "comments": [{"body": "nested"}]}])
+    with pytest.raises(InputError, match=r"field 'solution' must be a string or a list of strings, not list"):
+        load(bad, mapping=mapping)
+
+
+def test_a_dotted_name_reads_through_lists_as_jiras_comments(tmp_path):
+    """Jira's REST export nests comments as fields.comment.comments[].body: the dotted name reads every body."""
+    issue = {"key": "HD-1", "fields": {"summary": "Printer jams", "description": "Tray 2 jams.",
+                                       "comment": {"comments": [{"body": "Replaced the roller."}, {"author": "x"},
+                                                                {"body": "Fixed."}]}}}
+    path = write_jsonl(tmp_path / "issues.jsonl", [issue, {"key": "HD-2", "fields": {"summary": "VPN drops"}}])
+    mapping = {"id": "key", "subject": "fields.summary", "description": "fields.description",
+               "solution": "fields.comment.comments.body"}
+    hd1, hd2 = load(path, mapping=mapping).tickets
+    assert hd1.solution == "Replaced the roller.\n\nFixed." and hd2.solution == ""

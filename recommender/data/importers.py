@@ -39,6 +39,9 @@ SEMEVAL_LABELS = {"PerfectMatch": 5.0, "Relevant": 3.0, "Irrelevant": 1.0}
 TICKET_COLUMNS = ("id", "subject", "description", "solution")
 #: The columns a tickets file (or a mapping) must give; description and solution are optional.
 REQUIRED_TICKET_COLUMNS = ("id", "subject")
+#: Fields an export may spread over columns of one name (Jira writes a "Comment" column per comment) or give as a
+#: JSON list of strings; their texts are joined, a blank line between them.
+JOINED_COLUMNS = ("description", "solution")
 PAIR_COLUMNS = ("query_id", "query_subject", "ticket_id")  # query_description optional
 
 #: Column mapping of a help desk's export: our ticket field (id, subject, description, solution) → its column.
@@ -151,8 +154,11 @@ def _text(parsed: _Parsed, where: str, record: dict, name: str, required: bool =
             raise parsed.fail(where, f"missing field {name!r}", f"add {name!r} to the record")
         return ""
     value = record[name]
+    if isinstance(value, list) and name in JOINED_COLUMNS and all(isinstance(v, str) or v is None for v in value):
+        value = "\n\n".join(v.strip() for v in value if v and v.strip())  # e.g. a list of comments
     if not isinstance(value, str):
-        raise parsed.fail(where, f"field {name!r} must be a string, not {type(value).__name__}")
+        kinds = "a string or a list of strings" if name in JOINED_COLUMNS else "a string"
+        raise parsed.fail(where, f"field {name!r} must be {kinds}, not {type(value).__name__}")
     try:
         return check_text(value, f"field {name!r}").strip()
     except InputError as exc:
@@ -237,17 +243,23 @@ _ABSENT = object()
 
 
 def _json_field(record: dict, name: str) -> Any:
-    """`record[name]`; else, for a dotted name ("fields.summary"), the nested field it names; else `_ABSENT`."""
+    """`record[name]`; else, for a dotted name ("fields.summary"), the nested field it names, through lists too
+    ("fields.comment.comments.body": the list of every comment's body); else `_ABSENT`."""
     if name in record:
         return record[name]
     if "." not in name:
         return _ABSENT
-    value: Any = record
-    for part in name.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return _ABSENT
-        value = value[part]
-    return value
+    return _nested(record, name.split("."))
+
+
+def _nested(value: Any, parts: list[str]) -> Any:
+    if not parts:
+        return value
+    if isinstance(value, list):  # the rest of the path in each element that has it
+        return [found for found in (_nested(v, parts) for v in value) if found is not _ABSENT]
+    if not isinstance(value, dict) or parts[0] not in value:
+        return _ABSENT
+    return _nested(value[parts[0]], parts[1:])
 
 
 def _mapped_json_ticket(parsed: _Parsed, where: str, record: dict, seen: set[str]) -> Ticket:
@@ -343,30 +355,36 @@ def _found_columns(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return f"the columns found are {_names(header)}" if plausible else "the first line is not a CSV header row"
 
 
-def _ticket_columns(parsed: _Parsed, header: Sequence[str], found: str) -> dict[str, int | None]:
-    """Our ticket field → its column position in `header` (None: not in the file, the field is empty).
+def _ticket_columns(parsed: _Parsed, header: Sequence[str], found: str) -> dict[str, list[int]]:
+    """Our ticket field → the positions of its columns in `header` (none: not in the file, the field is empty).
 
     A mapped field takes the column the mapping names (exact name, else the same name ignoring case and
-    surrounding white space); an unmapped field takes the column of its own name. The id and a subject or
-    description column are required. `found`: what an error says of the header (`_found_columns`)."""
-    exact = {h: i for i, h in enumerate(header)}
-    folded = {h.strip().lower(): i for i, h in enumerate(header)}
+    surrounding white space); an unmapped field takes the column of its own name. A description or solution column
+    may repeat (all of them are read); the id and subject columns may not. The id and a subject or description
+    column are required. `found`: what an error says of the header (`_found_columns`)."""
+    folded = [h.strip().lower() for h in header]
     mapping = parsed.mapping or {}
-    out: dict[str, int | None] = {}
+    out: dict[str, list[int]] = {}
     for name in TICKET_COLUMNS:
         column = mapping.get(name)
-        out[name] = folded.get(name) if column is None else exact.get(column, folded.get(column.strip().lower()))
+        if column is not None and column in header:
+            out[name] = [i for i, h in enumerate(header) if h == column]
+        else:
+            wanted = (column if column is not None else name).strip().lower()
+            out[name] = [i for i, h in enumerate(folded) if h == wanted]
     found = "; " + found
     for name, column in mapping.items():
-        if out[name] is None:
+        if not out[name]:
             raise parsed.fail("line 1", f"no column {_shown(column)} (mapped to {name}){found}",
                               f"fix the mapping of {name}")
-    for name, i in out.items():
-        if i is not None and sum(h.strip().lower() == header[i].strip().lower() for h in header) > 1:
+    for name, positions in out.items():
+        repeated = bool(positions) and folded.count(folded[positions[0]]) > 1
+        if repeated and name not in JOINED_COLUMNS:
+            i = positions[0]
             raise parsed.fail(f"line 1, column {i + 1}", f"the column {_names([header[i]])} (for {name}) appears "
                                                          "more than once", "rename one of them")
-    if out["id"] is None or (out["subject"] is None and out["description"] is None):
-        missing = "id" if out["id"] is None else "subject"
+    if not out["id"] or (not out["subject"] and not out["description"]):
+        missing = "id" if not out["id"] else "subject"
         raise parsed.fail("line 1", f"no column for the ticket {missing}{found}", f"map one with --map {missing}=COLUMN")
     return out
 
@@ -429,7 +447,7 @@ def _parse_csv(parsed: _Parsed, progress: bool) -> None:
                                           "rename one of them")
             if kind == "tickets":  # other columns are metadata (an export's nameless or repeated ones are skipped)
                 source = _ticket_columns(parsed, header, found)
-                used = set(source.values())
+                used = {i for positions in source.values() for i in positions}
                 extra = [i for i, c in enumerate(columns) if i not in used and c and columns.index(c) == i]
             for number, row in itertools.chain(ahead, rows):
                 where = f"line {number}"
@@ -440,7 +458,9 @@ def _parse_csv(parsed: _Parsed, progress: bool) -> None:
                     raise parsed.fail(where, f"the row has {len(row)} fields but the header has {len(columns)}",
                                       "quote fields that contain commas or line breaks")
                 if kind == "tickets":
-                    record = {name: row[i] if i is not None else "" for name, i in source.items()}
+                    record = {name: "\n\n".join(row[i].strip() for i in positions if row[i].strip())
+                              if len(positions) > 1 else row[positions[0]] if positions else ""
+                              for name, positions in source.items()}
                     metadata = {columns[i]: row[i] for i in extra if row[i] != ""}
                     parsed.add_ticket(_ticket(parsed, where, record, metadata), where)
                 else:
