@@ -65,6 +65,9 @@ class PostingsSearcher(Searcher):
     def index(self, tickets, progress=True):
         raise NotImplementedError
 
+    def remove(self, ticket_ids):
+        raise NotImplementedError
+
     def rebuild(self, tickets, progress=True):
         raise NotImplementedError
 

@@ -130,6 +130,14 @@ def test_live_rebuild_swaps_the_alias_atomically_and_index_upserts(es):
 
 
 @live
+def test_live_remove_drops_tickets_and_ignores_absent_ones(es):
+    es.rebuild(TICKETS, progress=False)
+    gone = TICKETS[0].id
+    assert es.remove([gone, "never-indexed"]) == 1
+    assert es.count() == len(TICKETS) - 1 and gone not in {tid for tid, _ in es.search(TICKETS[0].subject, 50)}
+
+
+@live
 def test_live_missing_index_says_how_to_fill_it(es):
     from recommender.errors import IndexStateError
 

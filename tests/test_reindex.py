@@ -79,7 +79,7 @@ def test_status_says_what_a_reindex_would_bring_in(kb_home, tiny_ticket_model, a
 
     n = store.stats()["tickets"]
     output, pending = status()
-    assert pending == {"store_tickets": n, "new": 0, "changed": 0, "other_model": None}
+    assert pending == {"store_tickets": n, "new": 0, "changed": 0, "removed": 0, "other_model": None}
     assert f"tickets   {n:,}, as in the store" in output and "TICKETREC_MODEL holds another" not in output
     first = store.get_ticket(store.ticket_ids()[0])
     store.import_dataset(Dataset([Ticket("RX-1", "Hydraulic accumulator", "Loses precharge overnight.", "Recharge."),
@@ -88,7 +88,8 @@ def test_status_says_what_a_reindex_would_bring_in(kb_home, tiny_ticket_model, a
     another_model.save(tmp_path / "another")
     env["TICKETREC_MODEL"] = str(tmp_path / "another")
     output, pending = status()
-    assert pending == {"store_tickets": n + 1, "new": 1, "changed": 1, "other_model": another_model.version}
+    assert pending == {"store_tickets": n + 1, "new": 1, "changed": 1, "removed": 0,
+                       "other_model": another_model.version}
     assert "the store has 1 new, 1 changed since this version: `ticketrec reindex` (or the nightly reindex) brings " \
            "them in" in output
     assert f"model     {tiny_ticket_model.version[:12]} (TICKETREC_MODEL holds another, " \
@@ -96,5 +97,74 @@ def test_status_says_what_a_reindex_would_bring_in(kb_home, tiny_ticket_model, a
     built = CliRunner().invoke(main, ["index"], env=env)
     assert built.exit_code == 0, built.output
     output, pending = status()
-    assert pending == {"store_tickets": n + 1, "new": 0, "changed": 0, "other_model": None}
+    assert pending == {"store_tickets": n + 1, "new": 0, "changed": 0, "removed": 0, "other_model": None}
     assert f"model     {another_model.version[:12]}\n" in output
+
+
+def test_removed_tickets_leave_results_at_once_and_the_index_at_the_next_reindex(kb_home, tiny_ticket_model):
+    """`ticketrec remove`: the ticket, its labelled pairs and its feedback go in one transaction; results leave it out
+    at once and still hold k tickets; status counts it until the reindex drops it from the index."""
+    from recommender.data.store import Feedback
+    from recommender.serving.engine import Recommender
+    from recommender.data.records import LabeledPair, Query
+
+    settings, store = kb_home
+    reindex(settings, store, tiny_ticket_model)
+    env = {"TICKETREC_HOME": str(settings.home), "TICKETREC_MODEL": str(settings.model), "TICKETREC_BROKER_URL": "",
+           "TICKETREC_CANDIDATES": "0"}
+    query = Query("valve seal leak", "Actuator pressure drops, gasket leaking.")
+    before = [r.ticket.id for r in Recommender(settings, store=store, model=tiny_ticket_model).recommend(query, 5)]
+    gone = before[:2]
+    store.import_dataset(Dataset([], [Query(query.subject, query.description, "Q-RM")],
+                                 [LabeledPair("Q-RM", gone[0], 5.0), LabeledPair("Q-RM", before[2], 3.0)],
+                                 source="judged"))
+    store.add_feedback(Feedback(query.subject, query.description, gone[1], "YES"))
+    n, pairs, feedback = store.stats()["tickets"], store.stats()["pairs"], store.stats()["feedback"]
+
+    refused = CliRunner().invoke(main, ["remove", *gone], env=env)  # no one to confirm: nothing removed
+    assert refused.exit_code == 1 and "add --yes" in refused.output and store.stats()["tickets"] == n
+    unknown = CliRunner().invoke(main, ["remove", gone[0], "NO-SUCH-ID", "--yes"], env=env)
+    assert unknown.exit_code == 1 and "'NO-SUCH-ID'" in unknown.output and "nothing was removed" in unknown.output
+    assert store.stats()["tickets"] == n
+    removed = CliRunner().invoke(main, ["remove", gone[0], gone[1], "--yes"], env=env)
+    assert removed.exit_code == 0, removed.output
+    assert f"removed 2 tickets, 1 labelled pair, 1 feedback judgement; the knowledge base now holds {n - 2:,}" \
+        in removed.output
+    assert store.stats() | {"queries": 0} == {"tickets": n - 2, "queries": 0, "pairs": pairs - 1,
+                                             "feedback": feedback - 1}
+    assert [(p.query_id, p.ticket_id) for p in store.pairs()] == [("Q-RM", before[2])]
+    assert store.get_tickets(gone) == [] and not {tid for tid, _ in _fts(store, query)} & set(gone)
+
+    after = [r.ticket.id for r in Recommender(settings, store=store, model=tiny_ticket_model).recommend(query, 5)]
+    assert after[:3] == before[2:] and len(after) == 5 and not set(gone) & set(after)  # the next ones move up
+    status = CliRunner().invoke(main, ["status"], env=env)
+    assert "the store has 2 removed since this version" in status.output, status.output
+    assert "(removed ones are already left out of results)" in status.output
+    assert CliRunner().invoke(main, ["reindex"], env=env).exit_code == 0
+    pending = json.loads(CliRunner().invoke(main, ["status", "--json"], env=env).stdout)["pending"]
+    assert pending["removed"] == 0 and pending["store_tickets"] == n - 2
+
+
+def _fts(store, query):
+    from recommender.lexical.searchers import Fts5Searcher
+
+    return Fts5Searcher(store).search(f"{query.subject} {query.description}", 50)
+
+
+def test_a_build_drops_removed_tickets_from_a_fed_prefilter(kb_home, tiny_ticket_model):
+    """The Elasticsearch pre-filter is fed by the build; removed tickets leave it there too (here the in-memory
+    backend, which keeps the same `index` / `remove` contract)."""
+    from recommender.lexical.searchers import MemorySearcher
+    from recommender.serving.index import build_index
+
+    settings, store = kb_home
+    tickets = list(store.iter_tickets())
+    fed = MemorySearcher(tickets)
+    build_index(store, tiny_ticket_model, settings, progress=False, prefilter=fed)
+    assert fed.count() == len(tickets)
+    gone = tickets[0]
+    assert fed.search(gone.subject, 1)[0][0] == gone.id
+    store.remove_tickets([gone.id])
+    build_index(store, tiny_ticket_model, settings, progress=False, prefilter=fed)
+    assert fed.count() == len(tickets) - 1 and gone.id not in {tid for tid, _ in fed.search(gone.subject, 50)}
+    assert fed.remove(["not-there"]) == 0

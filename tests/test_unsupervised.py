@@ -481,6 +481,24 @@ def test_too_few_tickets_is_a_clear_error_before_any_training():
         train_without_labels(tickets, None, None, progress=False, echo=lambda _: None)
 
 
+def test_the_cli_refuses_too_few_tickets_before_it_loads_the_s_encoder(tmp_path, monkeypatch):
+    """`ticketrec train` on a knowledge base too small to mine says so at once, not after loading MiniLM."""
+    from recommender.model import pretrained
+
+    home = tmp_path / "home"
+    tickets = [Ticket(f"t{i}", f"pump fault {i}", "The pump trips after start.", "") for i in range(MIN_TICKETS - 1)]
+    kb = write_jsonl(Dataset(tickets, source="kb"), tmp_path / "kb.jsonl")
+    runner = CliRunner()
+    assert runner.invoke(main, ["import", str(kb), "--quiet"], env=_env(home)).exit_code == 0
+
+    def loaded(*_args, **_kwargs):
+        raise AssertionError("the S encoder was loaded before the knowledge base was checked")
+
+    monkeypatch.setattr(pretrained, "get_encoder", loaded)
+    result = runner.invoke(main, ["train", "--pretrained", "--out", str(tmp_path / "m")], env=_env(home))
+    assert result.exit_code == 1 and f"at least {MIN_TICKETS} tickets" in result.output, result.output
+
+
 def test_cli_errors_are_clear(tmp_path):
     runner = CliRunner()
     empty = runner.invoke(main, ["train", "--out", str(tmp_path / "m")], env=_env(tmp_path / "empty"))

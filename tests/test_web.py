@@ -313,6 +313,12 @@ def test_status_page_says_what_the_next_reindex_brings_in(engine_app, another_mo
     html = page(app.test_client().get("/status"))
     assert re.search(r"<dt>Not yet indexed</dt><dd>1 new, 0 changed tickets in the knowledge base: the next reindex",
                      html)
+    assert "<dt>Removed</dt>" not in html
+    with Store(app.config["TICKETREC_SETTINGS"].db) as store:
+        store.remove_tickets(["WEB-1", "WEB-2"])
+    html = page(app.test_client().get("/status"))
+    assert "<dt>Removed</dt><dd>2 tickets of this version are no longer in the knowledge base: results leave them " \
+           "out, and the next reindex drops them</dd>" in html
 
 
 # -- why each result was chosen: channel shares; topic chips only when the topic channel weighs ---------------

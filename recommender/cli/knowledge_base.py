@@ -1,4 +1,4 @@
-"""Knowledge base and BM25 search: `ticketrec import`, `synth`, `stats`, `search`, `prefilter-index`."""
+"""Knowledge base and BM25 search: `ticketrec import`, `remove`, `synth`, `stats`, `search`, `prefilter-index`."""
 from __future__ import annotations
 
 import click
@@ -36,6 +36,46 @@ def import_(files, fmt: str, maps, mapping_file, html: str, quiet: bool) -> None
                f"{_count(counts['pairs'], 'labelled pair')}; the knowledge base now holds "
                f"{_count(total['tickets'], 'ticket')}, {_count(total['queries'], 'query', 'queries')}, "
                f"{_count(total['pairs'], 'pair')}")
+
+
+@main.command()
+@click.argument("ids", nargs=-1)
+@click.option("--ids-file", type=click.Path(dir_okay=False), default=None,
+              help="a file of ticket ids to remove, one per line (blank lines and lines starting with # skipped)")
+@click.option("--yes", is_flag=True, help="remove without asking (needed when no one can answer: scripts, cron)")
+def remove(ids, ids_file, yes: bool) -> None:
+    """Remove tickets from the knowledge base, with the labelled pairs and feedback that name them (all or nothing).
+
+    Results leave them out at once; the next reindex drops them from the served index."""
+    import sys
+
+    from ..errors import InputError
+
+    wanted = list(ids)
+    if ids_file:
+        try:
+            lines = open(ids_file, encoding="utf-8").read().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read {ids_file}: {getattr(exc, 'strerror', None) or exc}; give a UTF-8 text "
+                             "file of ticket ids, one per line") from exc
+        wanted += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    wanted = list(dict.fromkeys(wanted))
+    if not wanted:
+        raise InputError("name the tickets to remove: ticketrec remove ID... or --ids-file FILE")
+    with open_store() as store:
+        if not yes:
+            if not sys.stdin.isatty():
+                raise InputError(f"removing {_count(len(wanted), 'ticket')} cannot be undone and no one can confirm "
+                                 "it here; add --yes")
+            click.confirm(f"remove {_count(len(wanted), 'ticket')} ({', '.join(wanted[:3])}"
+                          f"{', ...' if len(wanted) > 3 else ''}) and the pairs and feedback that name them from "
+                          f"{store.path}?", abort=True)
+        counts = store.remove_tickets(wanted)
+        left = store.stats()["tickets"]
+    click.echo(f"removed {_count(counts['tickets'], 'ticket')}, {_count(counts['pairs'], 'labelled pair')}, "
+               f"{_count(counts['feedback'], 'feedback judgement')}; the knowledge base now holds "
+               f"{_count(left, 'ticket')}. Results leave them out from now on; `ticketrec reindex` (or the nightly "
+               "reindex) drops them from the served index")
 
 
 def _count(n: int, noun: str, plural: str | None = None) -> str:

@@ -98,11 +98,11 @@ def status(as_json: bool) -> None:
         f" (TICKETREC_MODEL holds another, {pending['other_model'][:12]}: the next `ticketrec index` or reindex "
         "serves it)"
         if pending["other_model"] else ""))
-    moved = [f"{pending[key]:,} {key}" for key in ("new", "changed") if pending[key]]
+    moved = [f"{pending[key]:,} {key}" for key in ("new", "changed", "removed") if pending[key]]
     click.echo(f"tickets   {len(index):,}" + (
         f"; the store has {', '.join(moved)} since this version: `ticketrec reindex` (or the nightly reindex) "
-        "brings them in" if moved
-        else ", as in the store"))
+        "brings them in" + (" (removed ones are already left out of results)" if pending["removed"] else "")
+        if moved else ", as in the store"))
     click.echo(f"vectors   {info['dtype']}, {_gib(memory['vectors_bytes'])}; with the postings {_gib(memory['bytes'])}")
     click.echo(f"resident  {_gib(memory['resident_bytes'])} of {_gib(memory['bytes'])}{share}{vectors} in memory now "
                "(page cache, mincore)")

@@ -1,6 +1,7 @@
 """Model training: `ticketrec train` (label-free, labelled, with feedback, and the other Siamese networks)."""
 from __future__ import annotations
 
+import functools
 import json
 
 import click
@@ -131,14 +132,10 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
         changes["channels"] = channels
     if changes:
         config = config.replace(**changes)
-    if "S" in config.active_channels:
-        from ..model.pretrained import get_encoder, select
-
-        select(encoder_dir, encoder_backend)
-        click.get_current_context().call_on_close(select)  # the choice is this command's, not the process's
-        get_encoder()  # a bad --encoder fails now, and an ONNX export is built (once) before training starts
+    prepare_encoder = functools.partial(_prepare_encoder, config, encoder_dir, encoder_backend)
     if mined:
-        _train_label_free(train_files, out_dir, config, mining_overrides, seed, word_vectors, started, encoders)
+        _train_label_free(train_files, out_dir, config, mining_overrides, seed, word_vectors, started, encoders,
+                          prepare_encoder)
         return
     train_data = load_many(list(train_files))
     if train_data.pairs and len({p.score for p in train_data.pairs}) == 1:
@@ -146,6 +143,7 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
                          "positives only) cannot teach a ranking; add pairs of other labels, or drop --no-mined to add "
                          "mined negatives")
     dev_data = load_many([dev_file]) if dev_file else None
+    prepare_encoder()
     model = train_model(train_data, dev_data, config, out_dir, seed=seed, word_vectors=word_vectors, progress=True,
                         channel_encoders=encoders)
     report = model.meta["training"]
@@ -154,6 +152,18 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
                "dev_source": report["dev_source"], "dev_pearson": dev.get("pearson"),
                "dev_spearman": dev.get("spearman"), "dev_mse": dev.get("mse"), "dev_map": dev.get("map"),
                "wall_seconds": round(time.time() - started, 1)})
+
+
+def _prepare_encoder(config, encoder_dir, encoder_backend) -> None:
+    """The S channel's encoder chosen (--encoder, --encoder-backend) and loaded when `config` weighs S: a bad one fails
+    before training starts, and an ONNX export is built (once). Called once the input is known to be trainable."""
+    if "S" not in config.active_channels:
+        return
+    from ..model.pretrained import get_encoder, select
+
+    select(encoder_dir, encoder_backend)
+    click.get_current_context().call_on_close(select)  # the choice is this command's, not the process's
+    get_encoder()
 
 
 def _pretrained_available() -> bool:
@@ -187,7 +197,7 @@ def _channel_encoders(channel_dirs) -> dict:
 
 
 def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vectors, started: float,
-                      channel_encoders=None) -> None:
+                      channel_encoders=None, prepare_encoder=lambda: None) -> None:
     """`train` without --no-mined: pairs mined from the store's tickets (+ --train files, the store's labelled
     pairs and the engineers' feedback, added to them)."""
     import time
@@ -195,6 +205,7 @@ def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vect
     from ..data.importers import load_many
     from ..errors import InputError
     from ..model.feedback import feedback_dataset, merge
+    from ..model.mining import MiningConfig, require_minable
     from ..model.unsupervised import train_without_labels
 
     store = open_store()
@@ -211,6 +222,8 @@ def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vect
     if not tickets:
         raise InputError(f"the knowledge base ({settings().db}) has no tickets to learn from; import them first "
                          "(ticketrec import FILE), or give labelled pairs with --train FILE")
+    require_minable(tickets, MiningConfig.from_dict(mining))  # as train_without_labels will; before S loads
+    prepare_encoder()
     extra = merge(*labelled) if labelled else None
     if extra is not None:
         click.echo(f"adding {len(extra.pairs)} labelled pairs (--train files, the store's pairs, feedback) to the "

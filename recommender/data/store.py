@@ -283,6 +283,26 @@ class Store:
             )
             return int(cur.lastrowid)
 
+    def remove_tickets(self, ids: Sequence[str]) -> dict[str, int]:
+        """Delete these tickets with the labelled pairs and the feedback that name them, in one transaction; an id
+        the store does not hold is an InputError naming it, and nothing is removed. Returns how many of each went."""
+        ids = list(dict.fromkeys(ids))
+        held = {t.id for t in self.get_tickets(ids)}
+        unknown = [tid for tid in ids if tid not in held]
+        if unknown:
+            shown = ", ".join(repr(tid) for tid in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+            raise InputError(f"the knowledge base holds no ticket {shown} ({len(unknown):,} of the {len(ids):,} ids "
+                             "given); check the ids (`ticketrec search` finds tickets); nothing was removed")
+        counts = {"tickets": 0, "pairs": 0, "feedback": 0}
+        with self.transaction() as conn:
+            for start in range(0, len(ids), 900):
+                chunk = ids[start : start + 900]
+                marks = ",".join("?" * len(chunk))
+                counts["pairs"] += conn.execute(f"DELETE FROM pairs WHERE ticket_id IN ({marks})", chunk).rowcount
+                counts["feedback"] += conn.execute(f"DELETE FROM feedback WHERE ticket_id IN ({marks})", chunk).rowcount
+                counts["tickets"] += conn.execute(f"DELETE FROM tickets WHERE id IN ({marks})", chunk).rowcount
+        return counts
+
     # -- reading ----------------------------------------------------------
     @staticmethod
     def _ticket(row: sqlite3.Row) -> Ticket:

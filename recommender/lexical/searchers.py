@@ -87,6 +87,10 @@ class Searcher(ABC):
         """Add or update these tickets in the backend's index; the number written."""
 
     @abstractmethod
+    def remove(self, ticket_ids: Iterable[str]) -> int:
+        """Drop these tickets (removed from the knowledge base) from the backend's index; the number dropped."""
+
+    @abstractmethod
     def rebuild(self, tickets: Iterable[Ticket], progress: bool = True) -> int:
         """Replace the whole index by exactly these tickets, atomically; the number indexed."""
 
@@ -141,6 +145,13 @@ class MemorySearcher(Searcher):
         self._tickets.update(fresh)
         self._scorer = Bm25Scorer(list(self._tickets.values()), self.weights, max_terms=self.max_terms)
         return len(fresh)
+
+    def remove(self, ticket_ids: Iterable[str]) -> int:
+        """Drop these tickets (the statistics are recomputed over the rest)."""
+        dropped = sum(self._tickets.pop(tid, None) is not None for tid in ticket_ids)
+        if dropped:
+            self._scorer = Bm25Scorer(list(self._tickets.values()), self.weights, max_terms=self.max_terms)
+        return dropped
 
     def rebuild(self, tickets: Iterable[Ticket], progress: bool = True) -> int:
         self._tickets = {}
@@ -247,6 +258,10 @@ class Fts5Searcher(Searcher):
     # -- indexing
     def index(self, tickets: Iterable[Ticket], progress: bool = True) -> int:
         """Nothing to do: the store's triggers already indexed every ticket it holds. Returns 0."""
+        return 0
+
+    def remove(self, ticket_ids: Iterable[str]) -> int:
+        """Nothing to do: the store's triggers dropped every ticket it removed. Returns 0."""
         return 0
 
     def rebuild(self, tickets: Iterable[Ticket] | None = None, progress: bool = True) -> int:
@@ -441,6 +456,24 @@ class ElasticsearchSearcher(Searcher):
             written = self._bulk(tickets, self.alias, progress)
             self.client.indices.refresh(index=self.alias)
             return written
+
+    def remove(self, ticket_ids: Iterable[str]) -> int:
+        """Delete these tickets from the index behind the alias (one already absent is no error)."""
+        from elasticsearch.helpers import streaming_bulk
+
+        actions = ({"_op_type": "delete", "_index": self.alias, "_id": tid} for tid in ticket_ids)
+        dropped, failed = 0, []
+        with self._errors():
+            for ok, item in streaming_bulk(self.client, actions, chunk_size=500, raise_on_error=False, max_retries=3):
+                if ok:
+                    dropped += 1
+                elif item.get("delete", {}).get("status") != 404:
+                    failed.append(item)
+            if failed:
+                raise TicketrecError(f"Elasticsearch could not delete {len(failed)} tickets, e.g. {failed[0]}; run "
+                                     "`ticketrec prefilter-index` to rebuild its index from the store")
+            self.client.indices.refresh(index=self.alias)
+        return dropped
 
     def rebuild(self, tickets: Iterable[Ticket], progress: bool = True) -> int:
         """Fill a fresh index with exactly `tickets`, then point the alias at it atomically and drop the old one.

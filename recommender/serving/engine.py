@@ -255,14 +255,8 @@ class Recommender:
         rows, bm25 = self.candidates(query, index)
         timings["prefilter"] = time.perf_counter() - t1
 
-        t2 = time.perf_counter()
-        best, mode, reason = self._score(index, query_vecs, k, rows, bm25)
-        timings["score"] = time.perf_counter() - t2
-
+        best, tickets, mode, reason = self._best_stored(index, query_vecs, k, rows, bm25, timings)
         t3 = time.perf_counter()
-        ids = [tid for tid, _, _ in best]
-        tickets = {t.id: t for t in self.store.get_tickets(ids)}
-        best = [item for item in best if item[0] in tickets]  # deleted since the index was built
         raw = np.array([g for _, g, _ in best], dtype=np.float64)
         calibrated = model.calibrate(raw) if len(raw) else raw
         shares = result_channel_shares(index, query_vecs, best, rows, bm25)
@@ -278,13 +272,31 @@ class Recommender:
                 topics=result_topics(model, index.vectors, index.row_of[tid], n=3) if with_topics else [],
                 bm25=None if bm is None else float(bm), channel_shares=share,
             ))
-        timings["tickets"] = time.perf_counter() - t3
+        timings["tickets"] += time.perf_counter() - t3
         timings["total"] = time.perf_counter() - t0
         prefilter = "none" if rows is None and bm25 is None else str(self._searcher_for(index).name)
         info = AnswerInfo(index_version=index.version, model_version=model.version, prefilter=prefilter, mode=mode,
                           fallback_reason=reason, candidates=None if rows is None else int(len(rows)),
                           timings=timings)
         return Answer(out, info)
+
+    def _best_stored(self, index, query_vecs, k: int, rows, bm25, timings: dict) -> tuple[list, dict, str, str | None]:
+        """The k best of `index` that the store still holds, with those tickets: a ticket removed since the index
+        was built (`ticketrec remove`) is skipped, and as many more are scored as were skipped."""
+        want, scored, fetched = k, 0.0, 0.0
+        while True:
+            t = time.perf_counter()
+            best, mode, reason = self._score(index, query_vecs, want, rows, bm25)
+            scored += time.perf_counter() - t
+            t = time.perf_counter()
+            tickets = {ticket.id: ticket for ticket in self.store.get_tickets([tid for tid, _, _ in best])}
+            fetched += time.perf_counter() - t
+            stored = [item for item in best if item[0] in tickets]
+            if len(stored) >= k or len(best) < want:  # enough, or no candidate left
+                break
+            want += len(best) - len(stored)
+        timings["score"], timings["tickets"] = scored, fetched
+        return stored[:k], tickets, mode, reason
 
     def candidates(self, query: Query, index) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(candidate rows, their BM25) from the searcher face; rows None = score the whole index, with `bm25`

@@ -953,6 +953,9 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
             except BaseException:
                 shutil.rmtree(root / version, ignore_errors=True)
                 raise
+            if prefilter is not None and prev is not None:  # tickets removed from the store since `prev`
+                kept = set(ids)
+                prefilter.remove([tid for tid in prev.ticket_ids if tid not in kept])
         except (_DiskFull, OSError) as exc:
             if not isinstance(exc, _DiskFull) and not disk_full(exc):
                 raise

@@ -52,13 +52,15 @@ def reindex(settings: Settings, store: Store | None = None, model: TicketModel |
 
 
 def pending_changes(settings: Settings, store: Store, index: TicketIndex) -> dict:
-    """What a reindex would change in `index`: the store's tickets new or changed since it was built, and
-    the version of the model in TICKETREC_MODEL when that is another than the one `index` carries (None when they
-    are the same, or TICKETREC_MODEL holds none): `ticketrec index` would build with it."""
+    """What a reindex would change in `index`: the store's tickets new or changed since it was built, the tickets
+    it holds that the store no longer does (removed), and the version of the model in TICKETREC_MODEL when that is
+    another than the one `index` carries (None when they are the same, or TICKETREC_MODEL holds none): `ticketrec
+    index` would build with it."""
     ids, updated = stored_tickets(store)
     kept = unchanged_rows(index, ids, updated) >= 0
     lookup = index.row_of
     new = sum(1 for tid in ids if tid not in lookup)
     build_model = TicketModel.saved_version(settings.model)
     return {"store_tickets": len(ids), "new": new, "changed": len(ids) - int(kept.sum()) - new,
+            "removed": len(index) - (len(ids) - new),
             "other_model": build_model if build_model and build_model != index.model_version else None}

@@ -63,6 +63,10 @@ class IndexSearcher(Searcher):
         """Nothing to do: every index build writes its own postings. Returns 0."""
         return 0
 
+    def remove(self, ticket_ids: Iterable[str]) -> int:
+        """Nothing to do: the next index build writes postings of the store's tickets only. Returns 0."""
+        return 0
+
     def rebuild(self, tickets: Iterable[Ticket] | None = None, progress: bool = True) -> int:
         raise TicketrecError("the index searcher's postings are built with the vectors: run `ticketrec index --full`")
 
