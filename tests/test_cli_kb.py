@@ -207,3 +207,19 @@ def test_a_rich_text_export_is_served_without_its_markup(cli, tmp_path, tiny_mod
     result = cli("import", export, "--map", "id=Ticket", "--html", "no", "--quiet")  # as written, on request
     assert result.exit_code == 0 and "as HTML" not in result.stderr and cli("index").exit_code == 0
     assert [h["id"] for h in json.loads(cli("search", "style color", "--json").output)["hits"]] == ["Z1"]
+
+
+def test_import_reads_an_excel_workbook(cli, tmp_path):
+    from openpyxl import Workbook
+
+    workbook = Workbook()
+    for row in (["Number", "Short description", "Resolution notes"], [10001, "Printer jams", "New roller."],
+                ["INC-2", "VPN drops", None]):
+        workbook.active.append(row)
+    workbook.save(tmp_path / "incidents.xlsx")
+    result = cli("import", tmp_path / "incidents.xlsx", "--map", "id=Number", "--map", "subject=Short description",
+                 "--map", "solution=Resolution notes", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "imported 2 tickets" in result.output and stats(cli)["tickets"] == 2
+    found = json.loads(cli("search", "printer roller", "--json").stdout)["hits"]  # no index yet: FTS5, a note
+    assert [(h["id"], h["solution"]) for h in found] == [("10001", "New roller.")]

@@ -601,3 +601,60 @@ def test_a_dotted_name_reads_through_lists_as_jiras_comments(tmp_path):
                "solution": "fields.comment.comments.body"}
     hd1, hd2 = load(path, mapping=mapping).tickets
     assert hd1.solution == "Replaced the roller.\n\nFixed." and hd2.solution == ""
+
+
+# -- Excel workbooks ------------------------------------------------------------------------------------------------
+def write_xlsx(path: Path, rows: list[list], extra_sheet: bool = False) -> Path:
+    from openpyxl import Workbook
+
+    workbook = Workbook()
+    sheet = workbook.active
+    sheet.title = "Export"
+    for row in rows:
+        sheet.append(row)
+    if extra_sheet:
+        workbook.create_sheet("Notes").append(["not", "tickets"])
+    workbook.save(path)
+    return path
+
+
+def test_an_excel_export_reads_as_its_csv_would(tmp_path):
+    """ServiceNow and Freshdesk export .xlsx: the first sheet is read as the same export saved as CSV (numeric ids
+    without ".0", dates in ISO 8601, empty cells empty), with the same mapping, HTML reading and errors by row."""
+    import datetime as dt
+
+    rows = [["Number", "Short description", "Description", "Opened", "Priority", None],
+            [1606681.0, "Printer jams", "Tray 2 jams every morning.", dt.datetime(2020, 4, 10, 13, 25, 9), 2, None],
+            ["INC0010002", "VPN drops", None, dt.date(2021, 1, 5), None, None],
+            [None, None, None, None, None, None]]
+    path = write_xlsx(tmp_path / "incidents.xlsx", rows, extra_sheet=True)
+    data = load(path, mapping={"id": "Number", "subject": "Short description"})
+    assert [(t.id, t.subject, t.description) for t in data.tickets] == [
+        ("1606681", "Printer jams", "Tray 2 jams every morning."), ("INC0010002", "VPN drops", "")]
+    assert data.tickets[0].metadata == {"opened": "2020-04-10 13:25:09", "priority": "2"}
+    assert data.tickets[1].metadata == {"opened": "2021-01-05"}
+    csv_path = tmp_path / "incidents.csv"
+    csv_path.write_text("Number,Short description,Description,Opened,Priority\n"
+                        "1606681,Printer jams,Tray 2 jams every morning.,2020-04-10 13:25:09,2\n"
+                        "INC0010002,VPN drops,,2021-01-05,\n", encoding="utf-8")
+    assert load(csv_path, mapping={"id": "Number", "subject": "Short description"}).tickets == data.tickets
+    with pytest.raises(InputError, match=r"row 1: no column 'Title' \(mapped to subject\); the columns found are "
+                                         r"'Number', 'Short description'"):
+        load(path, mapping={"id": "Number", "subject": "Title"})
+    bad = write_xlsx(tmp_path / "bad.xlsx", [["id", "subject"], ["T1", "ok"], ["T1", "different"]])
+    with pytest.raises(InputError, match=r"bad\.xlsx, row 3: ticket id 'T1' appears twice with different content"):
+        load(bad)
+
+
+def test_a_file_that_is_not_a_workbook_is_refused_with_what_to_do(tmp_path):
+    fake = tmp_path / "export.xlsx"
+    fake.write_text("id,subject\nT1,Pump\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"export\.xlsx, the workbook: not an Excel workbook that can be read .*save "
+                                         r"it again .* as \.xlsx, or export it as CSV \(UTF-8\) \(nothing was imported\)"):
+        load(fake)
+    empty = write_xlsx(tmp_path / "empty.xlsx", [])
+    with pytest.raises(InputError, match=r"row 1: the first sheet \('Export'\) is empty"):
+        load(empty)
+    with pytest.raises(InputError, match=r"a spreadsheet of a format ticketrec does not read; save it as an Excel "
+                                         r"workbook \(\.xlsx\) or as CSV"):
+        load(tmp_path / "old.xls")

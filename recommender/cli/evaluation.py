@@ -32,7 +32,7 @@ from .common import column_mapping, echo_json, html_option, main, settings, warn
 @click.option("--model", "model_dir", type=click.Path(file_okay=False), default=None,
               help="a saved model to evaluate (duplicates: default TICKETREC_MODEL)")
 @click.option("--kb", "kb_path", type=click.Path(dir_okay=False), default=None,
-              help="duplicates: the knowledge base (tickets; CSV or JSONL, --map for its own column names)")
+              help="duplicates: the knowledge base (tickets; CSV, Excel .xlsx or JSONL; --map for its own columns)")
 @click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",
               help="column mapping of --kb, as in `ticketrec import`")
 @click.option("--mapping", "mapping_file", type=click.Path(dir_okay=False), default=None,
@@ -77,8 +77,8 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
             from ..evaluation.siamese_duplicates import run_siamese_duplicates
 
             results = run_siamese_duplicates(kb_path, links_path, mapping=column_mapping(maps, mapping_file),
-                                             html=html, link_columns=link_columns, out=out_dir, seed=seed, command=command,
-                                             progress=not as_json, warn=warn)
+                                             html=html, link_columns=link_columns, out=out_dir, seed=seed,
+                                             command=command, progress=not as_json, warn=warn)
         else:
             results = run_duplicates(kb_path, links_path, mapping=column_mapping(maps, mapping_file), html=html,
                                      link_columns=link_columns, model_dir=model_dir, settings=cfg, baselines=baselines,

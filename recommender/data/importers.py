@@ -1,5 +1,5 @@
-"""Read knowledge-base files (JSONL, CSV, SemEval-2016/2017 Task 3 XML) into a validated `Dataset`, and
-duplicate-link files into id pairs.
+"""Read knowledge-base files (JSONL, CSV, Excel workbooks, SemEval-2016/2017 Task 3 XML) into a validated `Dataset`,
+and duplicate-link files into id pairs.
 
 Everything is parsed and checked before anything is written: a malformed record raises `InputError` naming
 the file, the line (or XML element id) and the reason, and never quotes a file that is not a valid import (a
@@ -12,6 +12,7 @@ The formats are documented in `docs/data-formats.md`.
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import itertools
 import logging
@@ -30,8 +31,9 @@ from .records import LABEL_SCORES, LabeledPair, Query, Ticket, check_id, check_t
 from .store import Dataset
 
 #: Formats `load` understands; "auto" picks one from the file extension.
-FORMATS = ("auto", "jsonl", "csv", "semeval")
-_EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".xml": "semeval"}
+FORMATS = ("auto", "jsonl", "csv", "xlsx", "semeval")
+_EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".xlsx": "xlsx",
+               ".xlsm": "xlsx", ".xml": "semeval"}
 
 #: SemEval-2016/2017 Task 3 subtask B relevance of a related question to the original one → the 1–5 scale.
 SEMEVAL_LABELS = {"PerfectMatch": 5.0, "Relevant": 3.0, "Irrelevant": 1.0}
@@ -355,13 +357,14 @@ def _found_columns(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return f"the columns found are {_names(header)}" if plausible else "the first line is not a CSV header row"
 
 
-def _ticket_columns(parsed: _Parsed, header: Sequence[str], found: str) -> dict[str, list[int]]:
+def _ticket_columns(parsed: _Parsed, header: Sequence[str], found: str,
+                    unit: str = "line") -> dict[str, list[int]]:
     """Our ticket field → the positions of its columns in `header` (none: not in the file, the field is empty).
 
     A mapped field takes the column the mapping names (exact name, else the same name ignoring case and
     surrounding white space); an unmapped field takes the column of its own name. A description or solution column
     may repeat (all of them are read); the id and subject columns may not. The id and a subject or description
-    column are required. `found`: what an error says of the header (`_found_columns`)."""
+    column are required. `found`: what an error says of the header (`_found_columns`); `unit`: "line" or "row"."""
     folded = [h.strip().lower() for h in header]
     mapping = parsed.mapping or {}
     out: dict[str, list[int]] = {}
@@ -375,17 +378,18 @@ def _ticket_columns(parsed: _Parsed, header: Sequence[str], found: str) -> dict[
     found = "; " + found
     for name, column in mapping.items():
         if not out[name]:
-            raise parsed.fail("line 1", f"no column {_shown(column)} (mapped to {name}){found}",
+            raise parsed.fail(f"{unit} 1", f"no column {_shown(column)} (mapped to {name}){found}",
                               f"fix the mapping of {name}")
     for name, positions in out.items():
         repeated = bool(positions) and folded.count(folded[positions[0]]) > 1
         if repeated and name not in JOINED_COLUMNS:
             i = positions[0]
-            raise parsed.fail(f"line 1, column {i + 1}", f"the column {_names([header[i]])} (for {name}) appears "
+            raise parsed.fail(f"{unit} 1, column {i + 1}", f"the column {_names([header[i]])} (for {name}) appears "
                                                          "more than once", "rename one of them")
     if not out["id"] or (not out["subject"] and not out["description"]):
         missing = "id" if not out["id"] else "subject"
-        raise parsed.fail("line 1", f"no column for the ticket {missing}{found}", f"map one with --map {missing}=COLUMN")
+        raise parsed.fail(f"{unit} 1", f"no column for the ticket {missing}{found}",
+                          f"map one with --map {missing}=COLUMN")
     return out
 
 
@@ -423,53 +427,7 @@ def _parse_csv(parsed: _Parsed, progress: bool) -> None:
             header = next(reader, None)
             if header is None:
                 raise parsed.fail("line 1", "the file is empty", "add a header row and records")
-            rows = _numbered_rows(reader)
-            ahead = list(itertools.islice(rows, 20))  # the first records tell whether the header is a CSV header
-            found = _found_columns(header, (row for _, row in ahead))
-            columns = [h.strip().lower() for h in header]
-            if parsed.mapping is not None or ("id" in columns and ("subject" in columns or "description" in columns)):
-                kind = "tickets"
-            elif all(c in columns for c in PAIR_COLUMNS) and ("score" in columns or "label" in columns):
-                kind = "pairs"
-            else:  # not quoted: the file may be anything (a symlink to a secret included)
-                raise parsed.fail("line 1", f"unrecognised header ({found})",
-                                  "a tickets file needs the columns id and subject (description and solution are "
-                                  "optional), or a mapping of yours (--map id=COLUMN --map subject=COLUMN); a pairs "
-                                  "file query_id,query_subject,ticket_id (query_description optional) and score or label")
-            if parsed.mapping is None:  # a recognised header: its names may be quoted
-                for i, column in enumerate(columns):
-                    if not column:
-                        raise parsed.fail(f"line 1, column {i + 1}", "the header has an empty column name",
-                                          "name every column")
-                    if columns.index(column) != i:
-                        raise parsed.fail(f"line 1, column {i + 1}", f"the column name {_names([header[i]])} repeats "
-                                                                     f"column {columns.index(column) + 1}",
-                                          "rename one of them")
-            if kind == "tickets":  # other columns are metadata (an export's nameless or repeated ones are skipped)
-                source = _ticket_columns(parsed, header, found)
-                used = {i for positions in source.values() for i in positions}
-                extra = [i for i, c in enumerate(columns) if i not in used and c and columns.index(c) == i]
-            for number, row in itertools.chain(ahead, rows):
-                where = f"line {number}"
-                bar.update(raw.tell() - bar.n)
-                if not any(cell.strip() for cell in row):
-                    continue
-                if len(row) != len(columns):
-                    raise parsed.fail(where, f"the row has {len(row)} fields but the header has {len(columns)}",
-                                      "quote fields that contain commas or line breaks")
-                if kind == "tickets":
-                    record = {name: "\n\n".join(row[i].strip() for i in positions if row[i].strip())
-                              if len(positions) > 1 else row[positions[0]] if positions else ""
-                              for name, positions in source.items()}
-                    metadata = {columns[i]: row[i] for i in extra if row[i] != ""}
-                    parsed.add_ticket(_ticket(parsed, where, record, metadata), where)
-                else:
-                    record = dict(zip(columns, row))
-                    query = _query(parsed, where, record, prefix="query_")
-                    parsed.add_query(query, where)
-                    tid = _ident(parsed, where, record, "ticket_id")
-                    score = _score(parsed, where, record.get("score"), record.get("label"))
-                    parsed.add_pair(LabeledPair(query.id, tid, score), where)
+            _parse_table(parsed, header, _numbered_rows(reader), "line", lambda: bar.update(raw.tell() - bar.n))
         except csv.Error as exc:
             if "field larger than field limit" in str(exc):
                 raise parsed.fail(f"line {reader.line_num}", f"a field has more than {csv.field_size_limit():,} "
@@ -477,6 +435,59 @@ def _parse_csv(parsed: _Parsed, progress: bool) -> None:
             raise parsed.fail(f"line {reader.line_num}", f"bad CSV ({exc})", "fix the quoting") from None
         except UnicodeDecodeError as exc:
             raise parsed.fail(f"near line {max(reader.line_num, 1)}", f"not UTF-8 ({exc.reason})", TO_UTF8) from None
+
+
+def _parse_table(parsed: _Parsed, header: list[str], rows: Iterator[tuple[int, list[str]]], unit: str,
+                 advance: Callable[[], None]) -> None:
+    """The records of a table (a CSV file, a worksheet): tickets when the header or the mapping says so, else
+    labelled pairs with their queries. `rows` yields (number, cells); `unit` names a number in errors ("line",
+    "row"); `advance` moves the progress bar."""
+    ahead = list(itertools.islice(rows, 20))  # the first records tell whether the header is a CSV header
+    found = _found_columns(header, (row for _, row in ahead))
+    columns = [h.strip().lower() for h in header]
+    if parsed.mapping is not None or ("id" in columns and ("subject" in columns or "description" in columns)):
+        kind = "tickets"
+    elif all(c in columns for c in PAIR_COLUMNS) and ("score" in columns or "label" in columns):
+        kind = "pairs"
+    else:  # not quoted: the file may be anything (a symlink to a secret included)
+        raise parsed.fail(f"{unit} 1", f"unrecognised header ({found})",
+                          "a tickets file needs the columns id and subject (description and solution are "
+                          "optional), or a mapping of yours (--map id=COLUMN --map subject=COLUMN); a pairs "
+                          "file query_id,query_subject,ticket_id (query_description optional) and score or label")
+    if parsed.mapping is None:  # a recognised header: its names may be quoted
+        for i, column in enumerate(columns):
+            if not column:
+                raise parsed.fail(f"{unit} 1, column {i + 1}", "the header has an empty column name",
+                                  "name every column")
+            if columns.index(column) != i:
+                raise parsed.fail(f"{unit} 1, column {i + 1}", f"the column name {_names([header[i]])} repeats "
+                                                               f"column {columns.index(column) + 1}",
+                                  "rename one of them")
+    if kind == "tickets":  # other columns are metadata (an export's nameless or repeated ones are skipped)
+        source = _ticket_columns(parsed, header, found, unit)
+        used = {i for positions in source.values() for i in positions}
+        extra = [i for i, c in enumerate(columns) if i not in used and c and columns.index(c) == i]
+    for number, row in itertools.chain(ahead, rows):
+        where = f"{unit} {number}"
+        advance()
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(columns):
+            raise parsed.fail(where, f"the row has {len(row)} fields but the header has {len(columns)}",
+                              "quote fields that contain commas or line breaks")
+        if kind == "tickets":
+            record = {name: "\n\n".join(row[i].strip() for i in positions if row[i].strip())
+                      if len(positions) > 1 else row[positions[0]] if positions else ""
+                      for name, positions in source.items()}
+            metadata = {columns[i]: row[i] for i in extra if row[i] != ""}
+            parsed.add_ticket(_ticket(parsed, where, record, metadata), where)
+        else:
+            record = dict(zip(columns, row))
+            query = _query(parsed, where, record, prefix="query_")
+            parsed.add_query(query, where)
+            tid = _ident(parsed, where, record, "ticket_id")
+            score = _score(parsed, where, record.get("score"), record.get("label"))
+            parsed.add_pair(LabeledPair(query.id, tid, score), where)
 
 
 # -- SemEval-2016/2017 Task 3 XML -----------------------------------------------------------------------------------
@@ -583,12 +594,66 @@ def _parse_semeval(parsed: _Parsed, progress: bool) -> None:
                           "give a SemEval-2016/2017 Task 3 English (subtask B) file")
 
 
-_PARSERS = {"jsonl": _parse_jsonl, "csv": _parse_csv, "semeval": _parse_semeval}
+# -- Excel workbooks -------------------------------------------------------------------------------------------------
+def _cell_text(value: Any) -> str:
+    """A worksheet cell as the text a CSV export of it would hold: whole numbers without ".0" (Excel stores a
+    numeric id as a float), dates and times in ISO 8601 (a date alone when the time is midnight), TRUE / FALSE, an
+    empty cell as ""."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    if isinstance(value, datetime.datetime):  # a date cell is a datetime at midnight
+        return value.date().isoformat() if value.time() == datetime.time() else value.isoformat(sep=" ")
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    return str(value)
+
+
+def _parse_xlsx(parsed: _Parsed, progress: bool) -> None:
+    """The first worksheet of an Excel workbook, read as a CSV export of it would be (`_parse_table`)."""
+    import zipfile
+
+    from openpyxl import load_workbook
+    from openpyxl.utils.exceptions import InvalidFileException
+
+    try:
+        workbook = load_workbook(parsed.path, read_only=True, data_only=True)
+    except (InvalidFileException, zipfile.BadZipFile, KeyError, ValueError) as exc:
+        raise parsed.fail("the workbook", f"not an Excel workbook that can be read ({type(exc).__name__})",
+                          "save it again from the spreadsheet as .xlsx, or export it as CSV (UTF-8)") from None
+    try:
+        sheet = workbook.worksheets[0]
+        rows = ([_cell_text(v) for v in values] for values in sheet.iter_rows(values_only=True))
+        header = next(rows, None)
+        while header and not header[-1].strip():  # columns past the last named one are formatting, not data
+            header.pop()
+        if not header:
+            raise parsed.fail("row 1", f"the first sheet ({sheet.title!r}) is empty",
+                              "put the header row and the records in the workbook's first sheet")
+        width = len(header)
+
+        def numbered() -> Iterator[tuple[int, list[str]]]:
+            for number, row in enumerate(rows, 2):
+                if len(row) > width and not any(cell.strip() for cell in row[width:]):
+                    row = row[:width]
+                yield number, row + [""] * (width - len(row))
+
+        with tqdm(total=sheet.max_row, desc=f"reading {parsed.path.name}", unit="row", disable=not progress,
+                  leave=False) as bar:
+            _parse_table(parsed, header, numbered(), "row", lambda: bar.update(1))
+    finally:
+        workbook.close()
+
+
+_PARSERS = {"jsonl": _parse_jsonl, "csv": _parse_csv, "xlsx": _parse_xlsx, "semeval": _parse_semeval}
 
 
 # -- public face ----------------------------------------------------------------------------------------------------
 def detect_format(path: str | Path, fmt: str = "auto") -> str:
-    """The format of `path`: `fmt` itself unless "auto", then by extension (.jsonl/.json, .csv, .xml)."""
+    """The format of `path`: `fmt` itself unless "auto", then by extension (.jsonl/.json, .csv, .xlsx, .xml)."""
     path = Path(path)
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -596,8 +661,11 @@ def detect_format(path: str | Path, fmt: str = "auto") -> str:
         return fmt
     found = _EXTENSIONS.get(path.suffix.lower())
     if found is None:
+        if path.suffix.lower() in (".xls", ".ods", ".numbers"):
+            raise InputError(f"{path} is a spreadsheet of a format ticketrec does not read; save it as an Excel "
+                             "workbook (.xlsx) or as CSV (UTF-8)")
         raise InputError(f"cannot tell the format of {path} from its extension {path.suffix or '(none)'!r}; "
-                         "name it .jsonl, .csv or .xml, or give --format jsonl|csv|semeval")
+                         "name it .jsonl, .csv, .xlsx or .xml, or give --format jsonl|csv|xlsx|semeval")
     return found
 
 
@@ -644,8 +712,9 @@ def _read_html(parsed: _Parsed, mode: str, warn: Warn, progress: bool) -> None:
                      "scripts dropped, paragraphs and list items as lines); --html no keeps them as written")
         kept = [what[f] for f in found if not f.as_html]
         if kept and mode == "auto":
-            warn(f"{parsed.path}: {' and '.join(kept)} hold HTML markup, too few to read {'those fields' if len(kept) > 1 else 'the field'} "
-                 "as HTML; kept as written (--html yes reads them as HTML)")
+            fields_read = "those fields" if len(kept) > 1 else "the field"
+            warn(f"{parsed.path}: {' and '.join(kept)} hold HTML markup, too few to read {fields_read} as HTML; kept "
+                 "as written (--html yes reads them as HTML)")
 
 
 def _parse(path: str | Path, fmt: str, progress: bool, mapping: ColumnMap | None = None,
@@ -655,7 +724,8 @@ def _parse(path: str | Path, fmt: str, progress: bool, mapping: ColumnMap | None
     if not path.is_file():
         raise InputError(f"{path} does not exist or is not a file; check the path")
     if mapping is not None and kind == "semeval":
-        raise InputError(f"{path} is SemEval XML, whose fields are fixed; give a column mapping only for CSV or JSONL")
+        raise InputError(f"{path} is SemEval XML, whose fields are fixed; give a column mapping only for CSV, Excel or "
+                         "JSONL")
     parsed = _Parsed(path, mapping=None if mapping is None else check_mapping(mapping), limits=limits or _limits(None))
     try:
         _PARSERS[kind](parsed, progress)
@@ -710,10 +780,10 @@ def load(path: str | Path, fmt: str = "auto", *, progress: bool = False,
     """Parse and validate one file (JSONL, CSV or SemEval XML) into a Dataset; `InputError` on any bad record.
 
     Pairs may name tickets/queries in `known_*` (e.g. the store's) besides those of the file. `mapping` reads a
-    help desk's export of tickets (CSV or JSONL with its own column names, see `check_mapping`); `warn` gets the
+    help desk's export of tickets (CSV, Excel or JSONL with its own column names, see `check_mapping`); `warn` gets the
     one-line warnings (default: the log). Fields longer than `settings.max_subject_chars` (subjects) or
     `settings.max_field_chars` (descriptions, solutions) are cut to that length, and one warning line says how many
-    tickets were cut (`settings` default: `Settings.from_env()`). `html` says which fields of a CSV or JSONL file
+    tickets were cut (`settings` default: `Settings.from_env()`). `html` says which fields of a CSV, Excel or JSONL file
     are read as HTML (`markup.read_html`: auto, yes, no); one line to `warn` per field that holds markup.
     """
     return load_many([path], fmt, progress=progress, known_ticket_ids=known_ticket_ids,
