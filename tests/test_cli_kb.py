@@ -223,3 +223,30 @@ def test_import_reads_an_excel_workbook(cli, tmp_path):
     assert "imported 2 tickets" in result.output and stats(cli)["tickets"] == 2
     found = json.loads(cli("search", "printer roller", "--json").stdout)["hits"]  # no index yet: FTS5, a note
     assert [(h["id"], h["solution"]) for h in found] == [("10001", "New roller.")]
+
+
+def test_import_with_prune_makes_the_knowledge_base_the_export(cli, tmp_path):
+    """A nightly full export synced with --prune: tickets gone from the export leave the store (with the pairs
+    naming them) in the import's transaction; without --yes and no one to ask, nothing changes."""
+    first = tmp_path / "monday.csv"
+    first.write_text("id,subject\nA,Pump trips\nB,Valve leaks\nC,Fan noise\n", encoding="utf-8")
+    assert cli("import", first, "--quiet").exit_code == 0
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"type": "query", "id": "q1", "subject": "valve"}\n'
+                     '{"type": "pair", "query_id": "q1", "ticket_id": "B", "score": 5}\n', encoding="utf-8")
+    assert cli("import", pairs, "--quiet").exit_code == 0
+    second = tmp_path / "tuesday.csv"
+    second.write_text("id,subject\nA,Pump trips at start\nC,Fan noise\nD,Belt slips\n", encoding="utf-8")
+    refused = cli("import", second, "--prune", "--quiet")
+    assert refused.exit_code == 1 and "--prune removes 1 ticket that the files do not hold (B)" in refused.output
+    assert "add --yes (nothing was changed)" in refused.output and stats(cli)["tickets"] == 3
+    result = cli("import", second, "--prune", "--yes", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "imported 3 tickets, 0 queries, 0 labelled pairs; removed 1 ticket the files do not hold (with 1 labelled " \
+           "pair, 0 feedback judgements); the knowledge base now holds 3 tickets" in result.output
+    assert stats(cli) | {"feedback": 0} == {"tickets": 3, "queries": 1, "pairs": 0, "feedback": 0}
+    empty = tmp_path / "pairs-only.jsonl"
+    empty.write_text('{"type": "query", "id": "q2", "subject": "belt"}\n', encoding="utf-8")
+    nothing = cli("import", empty, "--prune", "--yes", "--quiet")
+    assert nothing.exit_code == 1 and "it holds none; nothing was imported" in nothing.output
+    assert stats(cli)["tickets"] == 3

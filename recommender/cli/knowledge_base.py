@@ -17,25 +17,53 @@ from .common import column_mapping, echo_json, html_option, main, one_line, open
 @click.option("--mapping", "mapping_file", type=click.Path(dir_okay=False), default=None,
               help="the same mapping in a file: a JSON object or FIELD=COLUMN lines (--map entries override it)")
 @html_option
+@click.option("--prune", is_flag=True,
+              help="the files are the whole knowledge base (a help desk's full export, synced nightly): remove the "
+                   "stored tickets they do not hold, in the same transaction (asks first; --yes)")
+@click.option("--yes", is_flag=True, help="with --prune: remove without asking (scripts, cron)")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def import_(files, fmt: str, maps, mapping_file, html: str, quiet: bool) -> None:
+def import_(files, fmt: str, maps, mapping_file, html: str, prune: bool, yes: bool, quiet: bool) -> None:
     """Import tickets, queries and labelled pairs from FILE... in one transaction (all or nothing)."""
     from ..data.importers import load_many
 
     mapping = column_mapping(maps, mapping_file)
     with open_store() as store:
         known_queries = [q.id for q in store.queries()]
-        data = load_many(list(files), fmt, progress=not quiet, known_ticket_ids=store.ticket_ids(),
+        stored = store.ticket_ids()
+        data = load_many(list(files), fmt, progress=not quiet, known_ticket_ids=stored,
                          known_query_ids=known_queries, mapping=mapping, warn=warn, html=html)
+        if prune:
+            imported = {t.id for t in data.tickets}
+            stale = [tid for tid in stored if tid not in imported]
+            if stale:
+                _confirm(f"--prune removes {_count(len(stale), 'ticket')} that the files do not hold "
+                         f"({', '.join(stale[:3])}{', ...' if len(stale) > 3 else ''}) from {store.path}", yes)
         if not quiet:
             click.echo(f"writing {len(data.tickets)} tickets, {len(data.queries)} queries, "
                        f"{len(data.pairs)} pairs to {store.path} ...", err=True)
-        counts = store.import_dataset(data)
+        counts = store.import_dataset(data, prune=prune)
         total = store.stats()
+    pruned = (f"; removed {_count(counts['removed'], 'ticket')} the files do not hold (with "
+              f"{_count(counts['removed_pairs'], 'labelled pair')}, "
+              f"{_count(counts['removed_feedback'], 'feedback judgement')})" if prune else "")
     click.echo(f"imported {_count(counts['tickets'], 'ticket')}, {_count(counts['queries'], 'query', 'queries')}, "
-               f"{_count(counts['pairs'], 'labelled pair')}; the knowledge base now holds "
+               f"{_count(counts['pairs'], 'labelled pair')}{pruned}; the knowledge base now holds "
                f"{_count(total['tickets'], 'ticket')}, {_count(total['queries'], 'query', 'queries')}, "
                f"{_count(total['pairs'], 'pair')}")
+
+
+def _confirm(action: str, yes: bool) -> None:
+    """Go on when `yes`, or when someone at a terminal says so; an InputError when no one can (no terminal)."""
+    import sys
+
+    from ..errors import InputError
+
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise InputError(f"{action}, which cannot be undone, and no one can confirm it here; add --yes (nothing "
+                         "was changed)")
+    click.confirm(f"{action}?", abort=True)
 
 
 @main.command()
@@ -47,8 +75,6 @@ def remove(ids, ids_file, yes: bool) -> None:
     """Remove tickets from the knowledge base, with the labelled pairs and feedback that name them (all or nothing).
 
     Results leave them out at once; the next reindex drops them from the served index."""
-    import sys
-
     from ..errors import InputError
 
     wanted = list(ids)
@@ -63,13 +89,9 @@ def remove(ids, ids_file, yes: bool) -> None:
     if not wanted:
         raise InputError("name the tickets to remove: ticketrec remove ID... or --ids-file FILE")
     with open_store() as store:
-        if not yes:
-            if not sys.stdin.isatty():
-                raise InputError(f"removing {_count(len(wanted), 'ticket')} cannot be undone and no one can confirm "
-                                 "it here; add --yes")
-            click.confirm(f"remove {_count(len(wanted), 'ticket')} ({', '.join(wanted[:3])}"
-                          f"{', ...' if len(wanted) > 3 else ''}) and the pairs and feedback that name them from "
-                          f"{store.path}?", abort=True)
+        more = ", ..." if len(wanted) > 3 else ""
+        _confirm(f"removing {_count(len(wanted), 'ticket')} ({', '.join(wanted[:3])}{more}) and the pairs and feedback "
+                 f"that name them from {store.path}", yes)
         counts = store.remove_tickets(wanted)
         left = store.stats()["tickets"]
     click.echo(f"removed {_count(counts['tickets'], 'ticket')}, {_count(counts['pairs'], 'labelled pair')}, "

@@ -225,12 +225,18 @@ class Store:
         return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
 
     # -- writing ----------------------------------------------------------
-    def import_dataset(self, data: Dataset) -> dict[str, int]:
+    def import_dataset(self, data: Dataset, prune: bool = False) -> dict[str, int]:
         """Write a parsed dataset in one transaction; tickets and queries with known ids are updated.
 
         A pair that names a query or ticket found neither in `data` nor in the store aborts the whole import.
+        `prune`: the tickets of `data` are the whole knowledge base; stored tickets not among them are removed in the
+        same transaction, with the pairs and feedback that name them (counted under "removed", "removed_pairs",
+        "removed_feedback").
         """
+        if prune and not data.tickets:
+            raise InputError("pruning keeps only the tickets of the import, and it holds none; nothing was imported")
         now = self.clock()
+        removed = {}
         with self.transaction() as conn:
             conn.executemany(
                 "INSERT INTO tickets (id, subject, description, solution, metadata, source, updated_at) "
@@ -261,7 +267,12 @@ class Store:
                         f"{data.source or 'import'}: pair ({p.query_id}, {p.ticket_id}, {p.score}) names an unknown "
                         f"query or ticket, or its score is outside 1-5 ({exc}); nothing was imported"
                     ) from exc
-        return {"tickets": len(data.tickets), "queries": len(data.queries), "pairs": len(data.pairs)}
+            if prune:
+                kept = {t.id for t in data.tickets}
+                stale = [r[0] for r in conn.execute("SELECT id FROM tickets ORDER BY pk") if r[0] not in kept]
+                removed = {f"removed_{k}" if k != "tickets" else "removed": v
+                           for k, v in self._delete_tickets(conn, stale).items()}
+        return {"tickets": len(data.tickets), "queries": len(data.queries), "pairs": len(data.pairs), **removed}
 
     def add_feedback(self, fb: Feedback) -> int:
         """Store one judgement; returns its id."""
@@ -293,14 +304,19 @@ class Store:
             shown = ", ".join(repr(tid) for tid in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
             raise InputError(f"the knowledge base holds no ticket {shown} ({len(unknown):,} of the {len(ids):,} ids "
                              "given); check the ids (`ticketrec search` finds tickets); nothing was removed")
-        counts = {"tickets": 0, "pairs": 0, "feedback": 0}
         with self.transaction() as conn:
-            for start in range(0, len(ids), 900):
-                chunk = ids[start : start + 900]
-                marks = ",".join("?" * len(chunk))
-                counts["pairs"] += conn.execute(f"DELETE FROM pairs WHERE ticket_id IN ({marks})", chunk).rowcount
-                counts["feedback"] += conn.execute(f"DELETE FROM feedback WHERE ticket_id IN ({marks})", chunk).rowcount
-                counts["tickets"] += conn.execute(f"DELETE FROM tickets WHERE id IN ({marks})", chunk).rowcount
+            return self._delete_tickets(conn, ids)
+
+    @staticmethod
+    def _delete_tickets(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, int]:
+        """Delete tickets `ids` and the pairs and feedback that name them, inside the caller's transaction."""
+        counts = {"tickets": 0, "pairs": 0, "feedback": 0}
+        for start in range(0, len(ids), 900):
+            chunk = list(ids[start : start + 900])
+            marks = ",".join("?" * len(chunk))
+            counts["pairs"] += conn.execute(f"DELETE FROM pairs WHERE ticket_id IN ({marks})", chunk).rowcount
+            counts["feedback"] += conn.execute(f"DELETE FROM feedback WHERE ticket_id IN ({marks})", chunk).rowcount
+            counts["tickets"] += conn.execute(f"DELETE FROM tickets WHERE id IN ({marks})", chunk).rowcount
         return counts
 
     # -- reading ----------------------------------------------------------
