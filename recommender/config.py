@@ -38,6 +38,12 @@ def _lower(raw: str) -> str:
     return raw.lower()
 
 
+def _column_names(raw: str) -> tuple[str, ...]:
+    """A comma-separated list of imported column names, lower-cased as the import stores them; "none" is none."""
+    names = tuple(dict.fromkeys(n.strip().lower() for n in raw.split(",") if n.strip()))
+    return () if names == ("none",) else names
+
+
 #: Who may read (search, tickets, status) in the web app and API: `auto` = only signed-in users or API tokens once
 #: any account exists (open while there is none), `required` = always, `open` = anyone. Writes always need a user
 #: once one exists.
@@ -142,6 +148,9 @@ SETTINGS: tuple[Setting, ...] = (
             "longest imported subject in characters; longer ones are cut (one warning per import)", int),
     Setting("TICKETREC_SECRET_KEY", "secret_key", "",
             "Flask secret key (sessions, CSRF); when empty, one generated once into `$TICKETREC_HOME/secret_key` (mode 0600)"),
+    Setting("TICKETREC_CARD_FIELDS", "card_fields", "status,state,resolution,category,created,opened,resolved,closed",
+            "the ticket metadata (imported columns, lower-cased) each result card shows under its heading when the "
+            "ticket has them, in this order, at most four; none shows none", _column_names),
     Setting("TICKETREC_AUTH_READ", "auth_read", "auto",
             "who may search and read tickets and status: auto (signed-in users once any account exists), required "
             "or open; feedback always needs a user once one exists", _auth_read),
@@ -207,6 +216,7 @@ class Settings:
     secret_key: str = default("secret_key")
     broker_retry_after: float = default("broker_retry_after")
     auth_read: str = default("auth_read")
+    card_fields: tuple[str, ...] = default("card_fields")
     encoder: str = default("encoder")
     encoder_backend: str = default("encoder_backend")
 

@@ -171,6 +171,14 @@ def test_subject_only_tickets_end_to_end(cli, tmp_path, tiny_model, monkeypatch)
     # tickets without a solution show their description instead of an empty solution box, and the page says so
     assert html.count('<details class="ticket-text" open>') == 3 and 'class="solution"' not in html
     assert "<h2>Top 3 similar tickets</h2>" in html
+    # the export's status column under each card's heading (TICKETREC_CARD_FIELDS), and none when set to none
+    assert html.count('<span class="fact-name">status</span> ') == 3
+    assert '<span class="fact-name">status</span> OPEN' in html
+    monkeypatch.setenv("TICKETREC_CARD_FIELDS", "none")
+    app = create_app({"TESTING": True, "WTF_CSRF_ENABLED": False, "TICKETREC_SETTINGS": Settings.from_env()})
+    html = app.test_client().post("/", data={"subject": "compressor vibration trip", "description": ""}).get_data(
+        as_text=True)
+    assert html.count('<article class="card') == 3 and 'class="facts"' not in html
 
 
 RICH_EXPORT = """Ticket,Subject,Description,Solution

@@ -380,3 +380,15 @@ def test_why_percentages_add_up_to_a_hundred():
     assert [w["x"] for w in why] == [0, why[0]["percent"], why[0]["percent"] + why[1]["percent"]]
     assert {w["label"] for w in why} == {"words in common", "meaning", "topics"}
     assert _why({"bm25": 0.0, "E": 0.0}) == [] and _why({}) == []
+
+
+def test_card_facts_are_the_named_metadata_in_order_dates_as_dates_long_values_cut():
+    from web.views import FACT_CHARS, MAX_FACTS, card_facts
+
+    metadata = {"status": "RESOLVED", "resolution": "FIXED", "created": "2020-01-02 17:14:21+00:00",
+                "resolved": "2020-11-01T20:04:54Z", "priority": "--", "category": "x" * 60, "closed": "",
+                "owner": {"name": "ann"}}
+    names = ("resolution", "status", "closed", "owner", "created", "category", "resolved")
+    assert card_facts(metadata, names) == [("resolution", "FIXED"), ("status", "RESOLVED"), ("created", "2020-01-02"),
+                                           ("category", "x" * (FACT_CHARS - 1) + "…")]
+    assert MAX_FACTS == 4 and card_facts(metadata, ()) == [] and card_facts({}, names) == []

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Sequence
 
 from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, send_from_directory, url_for
 from markupsafe import Markup
@@ -44,6 +45,30 @@ class ResultCard:
     #: Why it was chosen: [{"channel", "label", "title", "percent", "x"}] (x = where its segment of the bar
     #: starts), largest share first; empty when no channel sets it apart from the typical candidate.
     why: list[dict[str, Any]] = field(default_factory=list)
+    #: (column, value) of the ticket's metadata that TICKETREC_CARD_FIELDS names (status, resolution, dates, ...).
+    facts: list[tuple[str, str]] = field(default_factory=list)
+
+
+#: At most this many metadata facts on a card, each value cut to this many characters.
+MAX_FACTS, FACT_CHARS = 4, 40
+_TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[ T]\d{2}:\d{2}")
+
+
+def card_facts(metadata: dict[str, Any], names: Sequence[str]) -> list[tuple[str, str]]:
+    """The (name, value) of each of `names` that `metadata` holds with a value, in that order, at most `MAX_FACTS`:
+    a timestamp shown as its date, a long value cut."""
+    facts = []
+    for name in names:
+        value = metadata.get(name)
+        if value is None or isinstance(value, (dict, list)) or str(value).strip() == "":
+            continue
+        text = " ".join(str(value).split())
+        stamp = _TIMESTAMP.match(text)
+        text = stamp.group(1) if stamp else text
+        facts.append((name, text if len(text) <= FACT_CHARS else text[: FACT_CHARS - 1] + "…"))
+        if len(facts) == MAX_FACTS:
+            break
+    return facts
 
 
 #: The one-sentence definition of a share (the "why" line's tooltip; docs/internals.md says the same).
@@ -71,6 +96,7 @@ def _card_texts() -> dict[str, str]:
 
 def _cards(answer: RecommendResult, given: dict[str, str]) -> list[ResultCard]:
     cards = []
+    names = services().settings.card_fields
     for rec in answer.results:
         ticket = rec.ticket
         terms = list(rec.shared_terms)
@@ -78,7 +104,7 @@ def _cards(answer: RecommendResult, given: dict[str, str]) -> list[ResultCard]:
             rank=rec.rank, ticket_id=ticket.id, score=float(rec.score), score_text=f"{float(rec.score):.1f}",
             solution=highlight(ticket.solution, terms), subject=highlight(ticket.subject, terms),
             description=highlight(ticket.description, terms), topics=_topic_chips(rec), shared=terms,
-            given=given.get(ticket.id), why=_why(rec.channel_shares),
+            given=given.get(ticket.id), why=_why(rec.channel_shares), facts=card_facts(ticket.metadata, names),
         ))
     return cards
 
