@@ -168,3 +168,18 @@ def test_a_build_drops_removed_tickets_from_a_fed_prefilter(kb_home, tiny_ticket
     build_index(store, tiny_ticket_model, settings, progress=False, prefilter=fed)
     assert fed.count() == len(tickets) - 1 and gone.id not in {tid for tid, _ in fed.search(gone.subject, 50)}
     assert fed.remove(["not-there"]) == 0
+
+
+def test_a_prefilter_that_cannot_drop_removed_tickets_does_not_fail_the_build(kb_home, tiny_ticket_model, caplog):
+    """Elasticsearch down when a build would drop removed tickets from it: the new version serves anyway (a candidate
+    the index lacks is skipped) and the log says how to mend the pre-filter."""
+    from recommender.lexical.searchers import ElasticsearchSearcher
+    from recommender.serving.index import build_index, open_current
+
+    settings, store = kb_home
+    build_index(store, tiny_ticket_model, settings, progress=False)
+    store.remove_tickets([store.ticket_ids()[0]])
+    dead = ElasticsearchSearcher("http://127.0.0.1:9", "tickets-test", request_timeout=2.0)  # nothing listens
+    build_index(store, tiny_ticket_model, settings, progress=False, prefilter=dead)
+    assert len(open_current(settings)) == store.stats()["tickets"]
+    assert "`ticketrec prefilter-index` rebuilds it" in caplog.text

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from ..lexical.postings import Bm25Postings, ChunkTerms, PostingsBuilder, postings_files, ticket_terms
 from ..config import Settings
-from ..errors import IndexStateError
+from ..errors import IndexStateError, TicketrecError
 from ..files import atomic_directory, atomic_write_text, disk_full, preallocate, seal_tree
 from .scoring import PackedVectors
 
@@ -818,8 +818,6 @@ class _DiskFull(Exception):
 def _full_disk_detected(root: Path) -> Iterator[None]:
     """Re-raise an error of a build step as _DiskFull when the disk is full: torch, zipfile and others hide the
     ENOSPC behind errors of their own, so the free space is read at once, before the temporary files go."""
-    from ..errors import TicketrecError
-
     try:
         yield
     except Exception as exc:
@@ -955,7 +953,11 @@ def build_index(store, model, settings: Settings, incremental: bool = True, floa
                 raise
             if prefilter is not None and prev is not None:  # tickets removed from the store since `prev`
                 kept = set(ids)
-                prefilter.remove([tid for tid in prev.ticket_ids if tid not in kept])
+                try:
+                    prefilter.remove([tid for tid in prev.ticket_ids if tid not in kept])
+                except TicketrecError as exc:  # harmless meanwhile: a candidate the index lacks is skipped
+                    log.warning("the pre-filter still holds tickets removed from the store (%s); `ticketrec "
+                                "prefilter-index` rebuilds it", exc)
         except (_DiskFull, OSError) as exc:
             if not isinstance(exc, _DiskFull) and not disk_full(exc):
                 raise
