@@ -258,3 +258,23 @@ def test_import_with_prune_makes_the_knowledge_base_the_export(cli, tmp_path):
     nothing = cli("import", empty, "--prune", "--yes", "--quiet")
     assert nothing.exit_code == 1 and "it holds none; nothing was imported" in nothing.output
     assert stats(cli)["tickets"] == 3
+
+
+GERMAN = ["Drucker im {n}. Stock druckt nicht mehr", "Seit dem Update druckt der Drucker keine Seiten mehr; die "
+          "Warteschlange zeigt die Aufträge, aber nichts passiert.", "Treiber neu installiert, danach lief alles wieder."]
+
+
+def test_import_says_when_the_tickets_do_not_read_as_english(cli, tmp_path):
+    """BM25's stop words and stems and the packaged encoder are English: a German knowledge base is told so once, at
+    import; an English one is not."""
+    german = tmp_path / "de.csv"
+    german.write_text("id,subject,description,solution\n" + "".join(
+        f'D{n},"{GERMAN[0].format(n=n)}","{GERMAN[1]}","{GERMAN[2]}"\n' for n in range(1, 25)), encoding="utf-8")
+    result = cli("import", german, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "these tickets do not read as English (0% of their words are English stop words" in result.stderr
+    assert 'README, "Languages"' in result.stderr
+    english = tmp_path / "en.jsonl"
+    assert cli("synth", "--tickets", 40, "--queries", 0, "--out", english).exit_code == 0
+    result = cli("import", english, "--quiet")
+    assert result.exit_code == 0 and "English" not in result.stderr

@@ -60,6 +60,21 @@ html_option = click.option(
          f"{HTML_SHARE:.0%} of its values hold markup (a rich-text export), yes = every value with markup, no = as written")
 
 
+def warn_if_not_english(tickets) -> None:
+    """One warning when `tickets` (a sample of up to 2,000 is read) do not read as English: BM25's stop words and
+    stems and the packaged sentence encoder are English (README, "Languages")."""
+    from ..data.records import ticket_text
+    from ..lexical.analyzer import ENGLISH_STOP_SHARE, stop_word_share
+
+    sample = list(tickets)[:2000]
+    share = stop_word_share(ticket_text(t) for t in sample)
+    if len(sample) >= 20 and share < ENGLISH_STOP_SHARE:
+        warn(f"these tickets do not read as English ({share:.0%} of their words are English stop words; English "
+             "tickets have 30-48 %): BM25's stop words and stems and the packaged sentence encoder are English, the "
+             "rest learns from the tickets. See README, \"Languages\" (e.g. a multilingual encoder: ticketrec train "
+             "--encoder DIR)")
+
+
 def column_mapping(maps, mapping_file) -> dict | None:
     """The column mapping of `--mapping FILE` and `--map FIELD=COLUMN` (these win); None when neither is given."""
     from ..data.importers import parse_mapping, read_mapping

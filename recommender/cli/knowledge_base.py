@@ -4,7 +4,8 @@ from __future__ import annotations
 import click
 
 from ..errors import TicketrecError
-from .common import column_mapping, echo_json, html_option, main, one_line, open_store, settings, warn
+from .common import (column_mapping, echo_json, html_option, main, one_line, open_store, settings, warn,
+                     warn_if_not_english)
 
 
 @main.command("import")
@@ -43,6 +44,7 @@ def import_(files, fmt: str, maps, mapping_file, html: str, prune: bool, yes: bo
                        f"{len(data.pairs)} pairs to {store.path} ...", err=True)
         counts = store.import_dataset(data, prune=prune)
         total = store.stats()
+    warn_if_not_english(data.tickets)
     pruned = (f"; removed {_count(counts['removed'], 'ticket')} the files do not hold (with "
               f"{_count(counts['removed_pairs'], 'labelled pair')}, "
               f"{_count(counts['removed_feedback'], 'feedback judgement')})" if prune else "")

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .common import echo_json, main, open_store, settings
+from .common import echo_json, main, open_store, settings, warn_if_not_english
 
 
 @main.command()
@@ -223,6 +223,7 @@ def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vect
         raise InputError(f"the knowledge base ({settings().db}) has no tickets to learn from; import them first "
                          "(ticketrec import FILE), or give labelled pairs with --train FILE")
     require_minable(tickets, MiningConfig.from_dict(mining))  # as train_without_labels will; before S loads
+    warn_if_not_english(tickets)
     prepare_encoder()
     extra = merge(*labelled) if labelled else None
     if extra is not None:
