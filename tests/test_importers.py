@@ -658,3 +658,23 @@ def test_a_file_that_is_not_a_workbook_is_refused_with_what_to_do(tmp_path):
     with pytest.raises(InputError, match=r"a spreadsheet of a format ticketrec does not read; save it as an Excel "
                                          r"workbook \(\.xlsx\) or as CSV"):
         load(tmp_path / "old.xls")
+
+
+def test_a_workbook_that_would_unpack_to_far_more_than_an_export_is_refused_unread(tmp_path, monkeypatch):
+    """A zip bomb named .xlsx: a part a thousand times its packed size is refused before openpyxl reads it."""
+    import zipfile
+
+    from recommender.data import importers
+
+    monkeypatch.setattr(importers, "_XLSX_PART_BYTES", 8 << 20)  # the limit scaled down, not the check
+    path = write_xlsx(tmp_path / "ok.xlsx", [["id", "subject"], ["T1", "Pump"]])
+    assert [t.id for t in load(path).tickets] == ["T1"]
+    bomb = tmp_path / "bomb.xlsx"
+    with zipfile.ZipFile(path) as good, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as bad:
+        for part in good.infolist():
+            bad.writestr(part, good.read(part.filename))
+        bad.writestr("xl/media/padding.bin", b"\0" * (16 << 20))
+    with pytest.raises(InputError, match=r"bomb\.xlsx, the workbook: its part 'xl/media/padding\.bin' unpacks to 16 "
+                                         r"MiB, [\d,]+ times its packed size, which no export does .*export the "
+                                         r"tickets as CSV"):
+        load(bomb)

@@ -612,6 +612,26 @@ def _cell_text(value: Any) -> str:
     return str(value)
 
 
+#: A workbook part that unpacks to more than this, at more than `_XLSX_RATIO` times its packed size, is refused:
+#: SeaMonkey's sheet packs 4.5 times; zeros, a zip bomb's filling, over a thousand.
+_XLSX_PART_BYTES = 64 << 20
+_XLSX_RATIO = 100
+
+
+def _check_workbook_parts(parsed: _Parsed) -> None:
+    """InputError for a workbook whose parts would unpack to far more than any export (before openpyxl reads one)."""
+    import zipfile
+
+    with zipfile.ZipFile(parsed.path) as archive:
+        for part in archive.infolist():
+            if part.file_size > _XLSX_PART_BYTES and part.file_size > _XLSX_RATIO * max(part.compress_size, 1):
+                raise parsed.fail("the workbook", f"its part {_shown(part.filename, 60)} unpacks to "
+                                                  f"{part.file_size / (1 << 20):,.0f} MiB, "
+                                                  f"{part.file_size // max(part.compress_size, 1):,} times its packed "
+                                                  "size, which no export does (a damaged or hostile file)",
+                                  "export the tickets as CSV (UTF-8) instead")
+
+
 def _parse_xlsx(parsed: _Parsed, progress: bool) -> None:
     """The first worksheet of an Excel workbook, read as a CSV export of it would be (`_parse_table`)."""
     import zipfile
@@ -620,6 +640,7 @@ def _parse_xlsx(parsed: _Parsed, progress: bool) -> None:
     from openpyxl.utils.exceptions import InvalidFileException
 
     try:
+        _check_workbook_parts(parsed)
         workbook = load_workbook(parsed.path, read_only=True, data_only=True)
     except (InvalidFileException, zipfile.BadZipFile, KeyError, ValueError) as exc:
         raise parsed.fail("the workbook", f"not an Excel workbook that can be read ({type(exc).__name__})",
