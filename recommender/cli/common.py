@@ -57,7 +57,8 @@ def warn(message: str) -> None:
 html_option = click.option(
     "--html", type=click.Choice(HTML_MODES), default="auto", show_default=True,
     help="read descriptions, solutions and subjects as HTML (the text a browser shows): auto = a field when at least "
-         f"{HTML_SHARE:.0%} of its values hold markup (a rich-text export), yes = every value with markup, no = as written")
+         f"{HTML_SHARE:.0%} of its values hold markup (a rich-text export), yes = every value with markup, "
+         "no = as written")
 
 
 def warn_if_not_english(tickets) -> None:

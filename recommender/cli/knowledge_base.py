@@ -38,7 +38,7 @@ def import_(files, fmt: str, maps, mapping_file, html: str, prune: bool, yes: bo
             stale = [tid for tid in stored if tid not in imported]
             if stale:
                 _confirm(f"--prune removes {_count(len(stale), 'ticket')} that the files do not hold "
-                         f"({', '.join(stale[:3])}{', ...' if len(stale) > 3 else ''}) from {store.path}", yes)
+                         f"({_first(stale)}) from {store.path}", yes)
         if not quiet:
             click.echo(f"writing {len(data.tickets)} tickets, {len(data.queries)} queries, "
                        f"{len(data.pairs)} pairs to {store.path} ...", err=True)
@@ -91,15 +91,19 @@ def remove(ids, ids_file, yes: bool) -> None:
     if not wanted:
         raise InputError("name the tickets to remove: ticketrec remove ID... or --ids-file FILE")
     with open_store() as store:
-        more = ", ..." if len(wanted) > 3 else ""
-        _confirm(f"removing {_count(len(wanted), 'ticket')} ({', '.join(wanted[:3])}{more}) and the pairs and feedback "
-                 f"that name them from {store.path}", yes)
+        _confirm(f"removing {_count(len(wanted), 'ticket')} ({_first(wanted)}) and the pairs and feedback that name "
+                 f"them from {store.path}", yes)
         counts = store.remove_tickets(wanted)
         left = store.stats()["tickets"]
     click.echo(f"removed {_count(counts['tickets'], 'ticket')}, {_count(counts['pairs'], 'labelled pair')}, "
                f"{_count(counts['feedback'], 'feedback judgement')}; the knowledge base now holds "
                f"{_count(left, 'ticket')}. Results leave them out from now on; `ticketrec reindex` (or the nightly "
                "reindex) drops them from the served index")
+
+
+def _first(ids: list[str], n: int = 3) -> str:
+    """The first `n` of `ids`, and ", ..." when there are more (a confirmation names what it is about)."""
+    return ", ".join(ids[:n]) + (", ..." if len(ids) > n else "")
 
 
 def _count(n: int, noun: str, plural: str | None = None) -> str:

@@ -475,10 +475,9 @@ def _parse_table(parsed: _Parsed, header: list[str], rows: Iterator[tuple[int, l
         if len(row) != len(columns):
             raise parsed.fail(where, f"the row has {len(row)} fields but the header has {len(columns)}",
                               "quote fields that contain commas or line breaks")
-        if kind == "tickets":
-            record = {name: "\n\n".join(row[i].strip() for i in positions if row[i].strip())
-                      if len(positions) > 1 else row[positions[0]] if positions else ""
-                      for name, positions in source.items()}
+        if kind == "tickets":  # a field of repeated columns is their list of cells, which `_text` joins
+            record = {name: [row[i] for i in positions] if len(positions) > 1 else row[positions[0]] if positions
+                      else "" for name, positions in source.items()}
             metadata = {columns[i]: row[i] for i in extra if row[i] != ""}
             parsed.add_ticket(_ticket(parsed, where, record, metadata), where)
         else:

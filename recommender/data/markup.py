@@ -16,8 +16,6 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Sequence, TypeVar
 
-from tqdm import tqdm
-
 #: `--html`: auto (decide per field, `HTML_SHARE`), yes (read every value with markup as HTML), no (as written).
 HTML_MODES = ("auto", "yes", "no")
 #: With `--html auto`, a field is read as HTML when at least this share of its non-empty values hold markup.
@@ -108,6 +106,8 @@ def read_html(records: Sequence[R], fields: Sequence[str], mode: str = "auto",
         as_html = mode == "yes" or (mode == "auto" and len(marked) >= HTML_SHARE * filled)
         found.append(FieldMarkup(name, len(marked), filled, as_html))
         if as_html:
+            from tqdm import tqdm  # here, not at the top: the CLI imports this module (HTML_MODES) at start-up
+
             for i in tqdm(marked, desc=f"reading {name}s as HTML", unit="value", disable=not progress, leave=False):
                 records[i] = replace(records[i], **{name: html_to_text(values[i])})
     return records, found

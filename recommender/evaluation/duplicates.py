@@ -358,8 +358,8 @@ def run_duplicates(
 ) -> dict:
     """Import the knowledge base (`mapping` for an export's own columns, `html` as `ticketrec import --html`) and
     the links, evaluate the model (`model_dir`, default the settings' model) through the engine, then BM25, MiniLM
-    and their RRF (when `baselines`), and write the report into `out` when given. Returns the results (rows first the model's).
-    MiniLM and RRF are left out, with a note, when the pretrained extra is not installed."""
+    and their RRF (when `baselines`), and write the report into `out` when given. Returns the results (rows first
+    the model's). MiniLM and RRF are left out, with a note, when the pretrained extra is not installed."""
     import datetime as _dt
 
     import torch
