@@ -151,6 +151,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TICKETREC_CARD_FIELDS", "card_fields", "status,state,resolution,category,created,opened,resolved,closed",
             "the ticket metadata (imported columns, lower-cased) each result card shows under its heading when the "
             "ticket has them, in this order, at most four; none shows none", _column_names),
+    Setting("TICKETREC_FILTER_FIELDS", "filter_fields", "auto",
+            "the ticket metadata the search page offers as filter menus: auto (each imported column with 2 to 30 "
+            "distinct values, at most six), a list of columns, or none; the API and `ticketrec recommend --where` "
+            "filter on any column", _column_names),
     Setting("TICKETREC_AUTH_READ", "auth_read", "auto",
             "who may search and read tickets and status: auto (signed-in users once any account exists), required "
             "or open; feedback always needs a user once one exists", _auth_read),
@@ -217,6 +221,7 @@ class Settings:
     broker_retry_after: float = default("broker_retry_after")
     auth_read: str = default("auth_read")
     card_fields: tuple[str, ...] = default("card_fields")
+    filter_fields: tuple[str, ...] = default("filter_fields")
     encoder: str = default("encoder")
     encoder_backend: str = default("encoder_backend")
 

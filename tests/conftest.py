@@ -67,8 +67,9 @@ def make_web_app(web_kb):
 
 @pytest.fixture(scope="session")
 def web_engine(tmp_path_factory):
-    """(settings, engine): a REAL engine over a tiny trained model and its index (24 tickets, 4 fault topics;
-    WEB-HTML carries markup and a script in its text). Trained once per session (~15 s on one core)."""
+    """(settings, engine): a REAL engine over a tiny trained model and its index (24 tickets, 4 fault topics, each
+    ticket's in its metadata as "area"; WEB-HTML carries markup and a script in its text). Trained once per session
+    (~15 s on one core)."""
     import random
 
     from recommender.config import Settings
@@ -95,9 +96,10 @@ def web_engine(tmp_path_factory):
         words = topics[names[i % 4]]
         tickets.append(Ticket(f"WEB-{i}", " ".join(rng.sample(words, 3)).capitalize(),
                               " ".join(rng.choices(words + filler, k=20)).capitalize() + ".",
-                              f"Replaced the {' and the '.join(rng.sample(words, 2))}; checked after restart."))
+                              f"Replaced the {' and the '.join(rng.sample(words, 2))}; checked after restart.",
+                              {"area": names[i % 4]}))
     tickets.append(Ticket("WEB-HTML", "<b>Valve</b> leak", "Valve <script>alert('x')</script> seal leak at pressure.",
-                          "Replace the <i>gasket</i> & seal."))
+                          "Replace the <i>gasket</i> & seal.", {"area": "valve"}))
     queries, pairs = [], []
     for j in range(8):
         topic = names[j % 4]

@@ -144,7 +144,8 @@ def test_recommendations_schema(engine_api, web_engine):
         "subject": "valve seal leak", "description": "Actuator pressure drops, gasket leaking.", "k": 7})
     assert response.status_code == 200
     body = response.get_json()
-    assert set(body) == {"query_key", "model_version", "index_version", "took_ms", "served", "results"}
+    assert set(body) == {"query_key", "model_version", "index_version", "took_ms", "served", "where", "results"}
+    assert body["where"] == []  # no filter asked
     assert body["model_version"] == engine.model.version and body["index_version"] == engine.index.version
     served = body["served"]  # how the answer was made: K = 0 here, so no pre-filter unless the model weighs BM25
     lexical = bool(engine.index.metric_spec.get("bm25"))

@@ -1,4 +1,5 @@
-"""Real headless Chromium (Selenium) against the app served on 127.0.0.1: search, results, feedback, form errors."""
+"""Real headless Chromium (Selenium) against the app served on 127.0.0.1: search, results, feedback, form errors,
+a filter menu."""
 import re
 import shutil
 import threading
@@ -112,3 +113,19 @@ def test_search_results_feedback_and_form_errors(browser, live_url, web_engine, 
     for name in ("empty-form.png", "results.png", "after-feedback.png"):
         assert (shots / name).stat().st_size > 10_000
     print(f"screenshots in {shots}")
+
+
+def test_a_filter_menu_narrows_the_results_and_keeps_its_choice(browser, live_url):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    browser.get(live_url + "/")
+    Select(browser.find_element(By.ID, "filter-area")).select_by_value("valve")
+    browser.find_element(By.ID, "subject").send_keys("turbine rotor vibration")
+    browser.find_element(By.ID, "search-button").click()
+    WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "article.card"))
+    shown = [card.get_attribute("data-ticket-id") for card in browser.find_elements(By.CSS_SELECTOR, "article.card")]
+    valve = {f"WEB-{i}" for i in range(1, 23, 4)} | {"WEB-HTML"}  # the tickets whose area is valve
+    assert sorted(shown) == sorted(valve)  # ten asked, seven pass: every one of them, none of the turbine tickets
+    assert Select(browser.find_element(By.ID, "filter-area")).first_selected_option.get_attribute("value") == "valve"
+    assert "Only tickets with area valve" in browser.find_element(By.CSS_SELECTOR, ".filtered").text

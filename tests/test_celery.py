@@ -122,6 +122,27 @@ def test_scores_through_workers_equal_in_process_scores(home, worker, tiny_model
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("rows_per_shard", [distributed.ROWS_PER_SHARD, 3], ids=["one-task", "several-shards"])
+def test_a_filtered_query_scores_on_the_workers_as_in_process(home, worker, tiny_model, rows_per_shard, monkeypatch):
+    """The filter leaves out the query's best BM25 ticket, so the workers must normalise BM25 by the maximum they
+    are sent (the unfiltered one), not by the filtered candidates' own."""
+    from recommender.data.filters import parse_filter
+    from recommender.serving.searchers import make_searcher
+
+    monkeypatch.setattr(distributed, "ROWS_PER_SHARD", rows_per_shard)
+    local, remote = _engines(home, worker)
+    tickets = {t.id: t for t in tiny_model[1].tickets}
+    for q in tiny_model[1].queries[:3]:
+        query = Query(q.subject, q.description)
+        top_id = make_searcher(home[1], None, local.index).search(f"{q.subject}\n{q.description}", 1)[0][0]
+        where = parse_filter([f"subsystem!={tickets[top_id].metadata['subsystem']}"])
+        expected, got = local.recommend(query, k=5, where=where), remote.recommend(query, k=5, where=where)
+        assert got.info.mode == "celery" and expected.info.mode == "in-process", got.info
+        assert [r.ticket.id for r in got] == [r.ticket.id for r in expected] and top_id not in [r.ticket.id for r in got]
+        assert [r.raw_score for r in got] == pytest.approx([r.raw_score for r in expected], abs=1e-6)
+
+
+@pytest.mark.integration
 def test_a_queue_without_workers_is_answered_in_process_by_the_deadline(home, worker, tiny_model):
     lonely = worker.rsplit("/", 1)[0] + "/5"  # same Redis, a database no worker listens on
     local, remote = _engines(home, lonely, query_deadline=0.5)

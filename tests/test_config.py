@@ -28,7 +28,7 @@ def test_every_variable_is_read(tmp_path):
         "TICKETREC_AUTH_READ": "Required", "TICKETREC_INDEX_PIN": "2G",
         "TICKETREC_INDEX_DTYPE": "Float16",
         "TICKETREC_ENCODER": str(tmp_path / "enc"), "TICKETREC_ENCODER_BACKEND": "Torch",
-        "TICKETREC_CARD_FIELDS": " Status, Priority,,status ",
+        "TICKETREC_CARD_FIELDS": " Status, Priority,,status ", "TICKETREC_FILTER_FIELDS": "Category, status",
     }
     assert set(env) == set(ENV_VARS)
     s = Settings.from_env(env)
@@ -39,7 +39,8 @@ def test_every_variable_is_read(tmp_path):
     assert s.index_workers == 3 and s.encoding_processes == 3 and s.broker_retry_after == 7.5
     assert (s.max_field_chars, s.max_subject_chars) == (300, 30)
     assert s.auth_read == "required" and s.index_pin == 2 << 30 and s.index_dtype == "float16"
-    assert s.card_fields == ("status", "priority")
+    assert s.card_fields == ("status", "priority") and s.filter_fields == ("category", "status")
+    assert Settings.from_env({"TICKETREC_HOME": str(tmp_path)}).filter_fields == ("auto",)
     assert Settings.from_env({"TICKETREC_HOME": str(tmp_path), "TICKETREC_CARD_FIELDS": "None"}).card_fields == ()
     assert str(s.encoder) == env["TICKETREC_ENCODER"] and s.encoder_backend == "torch"
     assert 1 <= s.replace(index_workers=0).encoding_processes <= 4

@@ -12,6 +12,7 @@ from flask import Blueprint, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from recommender.errors import InputError, TicketrecError
+from recommender.data.filters import parse_filter
 from recommender.data.markup import holds_markup, html_to_text
 from recommender.data.records import MAX_ID_CHARS
 from recommender.data.store import Feedback, query_key
@@ -91,7 +92,8 @@ def _query(data: dict[str, Any]) -> tuple[str, str]:
 @bp.post("/recommendations")
 @auth.require("read")
 def recommendations():
-    """`{"subject", "description", "k", "html"}` → the top k tickets with calibrated scores and explanations."""
+    """`{"subject", "description", "k", "html", "where"}` → the top k tickets with calibrated scores and
+    explanations."""
     data = _body()
     subject, description = _query(data)
     k = data.get("k", 10)
@@ -99,8 +101,12 @@ def recommendations():
         raise ApiError(400, f"'k' must be an integer from 1 to {MAX_K}")
     if not 1 <= k <= MAX_K:
         raise ApiError(400, f"'k' must be from 1 to {MAX_K}, not {k}")
+    where = data.get("where", [])
+    if not isinstance(where, list) or not all(isinstance(c, str) for c in where):
+        raise ApiError(400, "'where' must be a list of conditions such as [\"status=RESOLVED\"]")
     try:
-        answer = services().recommend(subject, description, k=k)
+        ticket_filter = parse_filter(where)
+        answer = services().recommend(subject, description, k=k, where=ticket_filter)
     except InputError as exc:
         raise ApiError(400, str(exc)) from exc
     except TicketrecError as exc:
@@ -112,6 +118,7 @@ def recommendations():
         "model_version": answer.model_version,
         "index_version": answer.index_version,
         "took_ms": round(answer.took_ms, 2),
+        "where": [] if ticket_filter is None else [str(c) for c in ticket_filter.conditions],
         "served": None if info is None else {  # how: pre-filter, scoring (celery | in-process) and why, candidates
             "prefilter": info.prefilter, "mode": info.mode, "fallback_reason": info.fallback_reason,
             "candidates": info.candidates, "timings_ms": {k: round(v * 1000.0, 2) for k, v in info.timings.items()},

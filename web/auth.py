@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path

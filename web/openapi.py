@@ -11,6 +11,7 @@ import functools
 import sys
 from typing import Any
 
+from recommender.data.filters import MAX_CONDITION_CHARS, MAX_CONDITIONS
 from recommender.data.records import MAX_ID_CHARS
 from recommender.model.siamese import CHANNELS
 
@@ -105,6 +106,14 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                 **_query_properties(max_description),
                 "k": {"type": "integer", "minimum": 1, "maximum": max_k, "default": 10,
                       "description": f"How many tickets to return (1 to {max_k})."},
+                "where": {"type": "array", "maxItems": MAX_CONDITIONS, "default": [],
+                          "items": {"type": "string", "minLength": 1, "maxLength": MAX_CONDITION_CHARS},
+                          "description": "Only tickets whose imported metadata passes every condition: `FIELD=V1,V2` "
+                                         "(any of the values), `FIELD!=V1,V2` (none of them), `FIELD>=V`, "
+                                         "`FIELD<=V` (numbers, ISO dates); names and = values ignore case, `\\,` "
+                                         "is a comma in a value. Each result scores as it would without it. A "
+                                         "malformed condition, a field no ticket has or an = value none holds is "
+                                         "refused (400)."},
             },
         },
         "FeedbackRequest": {
@@ -158,9 +167,11 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
         },
         "Recommendations": {
             "type": "object", "additionalProperties": False,
-            "required": ["query_key", "model_version", "index_version", "took_ms", "served", "results"],
+            "required": ["query_key", "model_version", "index_version", "took_ms", "served", "where", "results"],
             "properties": {
                 "query_key": {"type": "string"},
+                "where": {"type": "array", "items": {"type": "string"},
+                          "description": "The conditions the results passed, as read (names and = values folded)."},
                 "model_version": {"type": "string"},
                 "index_version": {"type": "string"},
                 "took_ms": {"type": "number", "minimum": 0},

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from recommender.config import Settings
 from recommender.errors import TicketrecError
+from recommender.data.filters import TicketFilter
 from recommender.data.records import Query, Recommendation
 from recommender.data.store import Store, query_key
 
@@ -25,6 +26,8 @@ from recommender.data.store import Store, query_key
 RECENT_QUERIES = 8
 #: How many owners' (users', anonymous browser sessions') recent queries are kept; the least recently active go.
 RECENT_OWNERS = 1000
+#: How many filter menus the search page offers at most when TICKETREC_FILTER_FIELDS is auto.
+MAX_FILTER_MENUS = 6
 
 
 @dataclass
@@ -124,12 +127,14 @@ class TicketrecServices:
         index = engine.index
         return str(index.model_version), str(index.version)
 
-    def recommend(self, subject: str, description: str, k: int = 10, exclude: str | None = None) -> RecommendResult:
-        """Rank the knowledge base for one query (optionally leaving out one ticket: its own neighbours)."""
+    def recommend(self, subject: str, description: str, k: int = 10, exclude: str | None = None,
+                  where: TicketFilter | None = None) -> RecommendResult:
+        """Rank the knowledge base for one query (optionally leaving out one ticket: its own neighbours; with
+        `where`, only the tickets whose metadata passes it)."""
         engine = self.engine()
         query = Query(subject, description)
         started = time.perf_counter()
-        answer = engine.recommend(query, k=k + 1 if exclude else k)
+        answer = engine.recommend(query, k=k + 1 if exclude else k, where=where)
         took_ms = (time.perf_counter() - started) * 1000.0
         results = list(answer.items)
         if exclude is not None:
@@ -139,6 +144,25 @@ class TicketrecServices:
         info = answer.info
         return RecommendResult(query, query_key(subject, description), results, took_ms, str(info.model_version),
                                str(info.index_version), info)
+
+    def filter_choices(self) -> dict[str, list[tuple[str, int]]]:
+        """The filter menus of the search page: field → [(value, tickets)] for the fields TICKETREC_FILTER_FIELDS
+        names that the served tickets hold (`auto`: those with 2 to `filters.MAX_CHOICES` values, at most
+        `MAX_FILTER_MENUS`); empty when nothing can be served."""
+        names = self.settings.filter_fields
+        if not names:
+            return {}
+        engine, _ = self.engine_or_error()
+        if engine is None:
+            return {}
+        try:
+            table = engine.metadata_table(engine.index)
+        except TicketrecError:
+            return {}
+        choices = table.choices()
+        if names == ("auto",):
+            return dict(list(choices.items())[:MAX_FILTER_MENUS])
+        return {name: choices[name] for name in names if name in choices}
 
     def topic_words(self, k: int = 10) -> list[list[str]]:
         """Top `k` words of every DocNADE topic of the served model (the model of the served index version)."""

@@ -11,6 +11,7 @@ from flask import Blueprint, abort, current_app, flash, redirect, render_templat
 from markupsafe import Markup
 
 from recommender.errors import InputError, TicketrecError
+from recommender.data.filters import TicketFilter
 from recommender.data.records import NO_SOLUTION, Recommendation
 from recommender.data.store import Feedback
 from recommender.serving.engine import CHANNEL_LABELS, NO_CHANNEL_SETS_IT_APART, share_percentages
@@ -122,13 +123,26 @@ def _topic_chips(rec: Recommendation) -> list[dict[str, Any]]:
     return chips
 
 
-def _render_search(form: SearchForm, answer: RecommendResult | None = None, error: str | None = None, status: int = 200):
+def _render_search(form: SearchForm, answer: RecommendResult | None = None, error: str | None = None, status: int = 200,
+                   chosen: dict[str, str] | None = None):
     given = services().feedback_given(answer.query.subject, answer.query.description) if answer else {}
     cards = _cards(answer, given) if answer else []
     return render_template(
         "search.html", form=form, answer=answer, cards=cards, error=error, recent=services().recent(auth.recent_owner()),
         feedback_form=_feedback_form(answer), max_description=current_app.config["MAX_DESCRIPTION"],
+        filter_choices=services().filter_choices(), chosen=chosen or {},
     ), status
+
+
+#: The search form's filter menus are named FILTER_PREFIX + field; their value is the chosen value ("" = any).
+FILTER_PREFIX = "filter-"
+
+
+def chosen_filters(form_data) -> dict[str, str]:
+    """The filter menus' choices of a posted form (the search form, or the feedback form that repeats them):
+    field → value, "any" left out."""
+    return {name[len(FILTER_PREFIX):]: value for name, value in form_data.items()
+            if name.startswith(FILTER_PREFIX) and value.strip()}
 
 
 def _feedback_form(answer: RecommendResult | None) -> FeedbackForm | None:
@@ -159,20 +173,22 @@ def search():
 def results():
     """Validate the form and show the top 10 recommendations."""
     form = SearchForm()
+    chosen = chosen_filters(request.form)
     if not form.validate():
-        return _render_search(form, status=400)
-    return _answer(form, form.subject.data.strip(), form.description.data.strip())
+        return _render_search(form, status=400, chosen=chosen)
+    return _answer(form, form.subject.data.strip(), form.description.data.strip(), chosen)
 
 
-def _answer(form: SearchForm, subject: str, description: str):
+def _answer(form: SearchForm, subject: str, description: str, chosen: dict[str, str]):
     try:
-        answer = services().recommend(subject, description, k=10)
+        answer = services().recommend(subject, description, k=10, where=TicketFilter.equal(chosen))
     except InputError as exc:
-        return _render_search(form, error=str(exc), status=400)
+        return _render_search(form, error=str(exc), status=400, chosen=chosen)
     except TicketrecError as exc:
-        return _render_search(form, error=f"No recommendations can be served: {hide_paths(str(exc))}", status=503)
+        return _render_search(form, error=f"No recommendations can be served: {hide_paths(str(exc))}", status=503,
+                              chosen=chosen)
     services().remember(answer.query, auth.recent_owner())
-    return _render_search(form, answer=answer)
+    return _render_search(form, answer=answer, chosen=chosen)
 
 
 @bp.post("/feedback")
@@ -196,7 +212,7 @@ def feedback():
     flash(f"Saved: ticket {ticket_id} marked {label}.", "success")
     search_form = SearchForm(formdata=None)
     search_form.subject.data, search_form.description.data = subject, description
-    return _answer(search_form, subject, description)
+    return _answer(search_form, subject, description, chosen_filters(request.form))
 
 
 @bp.get("/tickets/<path:ticket_id>")

@@ -141,13 +141,19 @@ def reindex(full: bool, wait: bool, in_process: bool) -> None:
 @click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True, help="how many tickets")
 @click.option("--index", "index_version", default=None, metavar="VERSION",
               help="answer from this kept index version (default: the current one); see TICKETREC_HOME/indexes/")
+@click.option("--where", "where", multiple=True, metavar="CONDITION",
+              help="only tickets whose imported field passes: FIELD=V1,V2 (any of them), FIELD!=V1,V2 (none), "
+                   "FIELD>=V or FIELD<=V (numbers, ISO dates); repeat it for several, which must all hold")
 @click.option("--json", "as_json", is_flag=True, help='print {"results": [...], "info": {...}} as JSON')
 def recommend(text: str | None, subject: str, description: str, k: int, index_version: str | None,
-              as_json: bool) -> None:
+              where: tuple[str, ...], as_json: bool) -> None:
     """The k historical tickets most similar to a new one, with their solutions.
 
     TEXT is the new ticket in one string (its first line the subject, the rest the description); or give
-    --subject and --description. The index version answers with the model it was built with."""
+    --subject and --description. The index version answers with the model it was built with. With --where, only
+    tickets whose imported columns pass (e.g. --where status=RESOLVED,VERIFIED --where created>=2024-01), each
+    scored as without it."""
+    from ..data.filters import parse_filter
     from ..data.records import NO_SOLUTION, Query
     from ..errors import InputError
     from ..serving.engine import CHANNEL_LABELS, NO_CHANNEL_SETS_IT_APART, Recommender, share_percentages
@@ -157,11 +163,13 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
         if subject or description:
             raise InputError("give the ticket either as TEXT or with --subject/--description, not both")
         subject, _, description = text.strip().partition("\n")
+    ticket_filter = parse_filter(where)
     cfg = settings()
     pinned = open_version(cfg, index_version) if index_version else None
     store = open_store()
     try:
-        answer = Recommender(cfg, store=store, index=pinned).recommend(Query(subject, description.strip()), k=k)
+        answer = Recommender(cfg, store=store, index=pinned).recommend(Query(subject, description.strip()), k=k,
+                                                                       where=ticket_filter)
     finally:
         store.close()
     info = answer.info
@@ -169,7 +177,7 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
         echo_json({"results": [r.to_dict() for r in answer.items], "info": info.to_dict()})
         return
     if not answer.items:
-        click.echo("no tickets in the index")
+        click.echo("no tickets in the index" if ticket_filter is None else f"no ticket passes {ticket_filter}")
     for r in answer.items:
         t = r.ticket
         click.secho(f"{r.rank:>2}. [{r.score:.2f}] {t.id}: {t.subject}", bold=True)

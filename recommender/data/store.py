@@ -392,6 +392,16 @@ class Store:
         """Time of the newest ticket change (0 for an empty store)."""
         return float(self.conn.execute("SELECT COALESCE(MAX(updated_at), 0) FROM tickets").fetchone()[0])
 
+    def ticket_metadata(self) -> Iterator[tuple[str, dict]]:
+        """(id, metadata) of every ticket, without their texts (what filters read)."""
+        for tid, metadata in self.conn.execute("SELECT id, metadata FROM tickets"):
+            yield tid, json.loads(metadata)
+
+    def change_mark(self) -> tuple[int, float]:
+        """(ticket count, time of the newest ticket change): moves whenever a ticket is added, changed or removed."""
+        count, newest = self.conn.execute("SELECT COUNT(*), COALESCE(MAX(updated_at), 0) FROM tickets").fetchone()
+        return int(count), float(newest)
+
     # -- accounts and API tokens (issue 14) ----------------------------------
     def add_user(self, name: str, password: str) -> User:
         """Create an account; the password is kept as a werkzeug scrypt hash. InputError when the name is taken."""

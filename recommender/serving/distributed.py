@@ -134,10 +134,12 @@ def unpack_vectors(data: Mapping[str, str]) -> dict[str, np.ndarray]:
 
 def score_on_workers(settings: Settings, index_version: str, query_vecs: Mapping[str, np.ndarray], k: int,
                      rows: np.ndarray | None = None, bm25: np.ndarray | None = None,
-                     n_shards: int | None = None, deadline: float | None = None) -> list[tuple[str, float, float | None]]:
+                     n_shards: int | None = None, deadline: float | None = None,
+                     bm25_max: float | None = None) -> list[tuple[str, float, float | None]]:
     """Score one encoded query on Celery workers; the merged top k as (ticket id, g, bm25), best first.
 
-    `rows`/`bm25`: the BM25 candidate rows of index `index_version` (all rows when None). `n_shards` tasks score
+    `rows`/`bm25`: the BM25 candidate rows of index `index_version` (all rows when None), normalised by `bm25_max`
+    (default: their maximum; a filtered query gives the unfiltered one). `n_shards` tasks score
     it (default: `shards_for` the candidates; one task is sent alone, several as a group). Raises
     ServiceUnavailable when the broker cannot be reached or the shards do not all answer within `deadline`.
     """
@@ -150,9 +152,11 @@ def score_on_workers(settings: Settings, index_version: str, query_vecs: Mapping
     from celery import group
     from celery.exceptions import TimeoutError as CeleryTimeout
 
+    if bm25_max is None and bm25 is not None and len(bm25):
+        bm25_max = float(np.max(bm25))
     kwargs = {"rows": None if rows is None else pack_array(rows, np.int64),
               "bm25": None if bm25 is None else pack_array(bm25, np.float32),
-              "bm25_max": None if bm25 is None or len(bm25) == 0 else float(np.max(bm25))}
+              "bm25_max": None if bm25_max is None else float(bm25_max)}
     payload = pack_vectors(query_vecs)
     tasks = [app.signature(SCORE_SHARD, args=(index_version, shard, n_shards, payload, int(k)), kwargs=kwargs)
              for shard in range(n_shards)]

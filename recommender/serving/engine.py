@@ -23,6 +23,7 @@ import numpy as np
 
 from ..config import Settings
 from ..errors import IndexStateError, InputError, ServiceUnavailable
+from ..data.filters import MetadataTable, TicketFilter
 from ..data.records import Query, Recommendation, Ticket, query_text, ticket_text
 from ..lexical.analyzer import content_words, stem_key, tokenize, word_spans
 from ..lexical.bm25 import MIN_IDF
@@ -82,6 +83,8 @@ class AnswerInfo:
     candidates: int | None
     #: Seconds per stage: encode, prefilter, score, tickets (fetch and explain), total.
     timings: dict[str, float] = field(default_factory=dict)
+    #: The metadata conditions the results had to pass, as read (`data.filters`); empty without a filter.
+    where: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -146,6 +149,9 @@ class Recommender:
         self._lock = threading.Lock()  # held while the first version is opened
         self._switching = threading.Lock()  # held by the one thread opening a new index version
         self._failed_version: str | None = None  # a version that could not be opened: not tried again
+        #: (index version, the store's change mark, its tickets' metadata by row): what filters read
+        self._metadata: tuple | None = None
+        self._metadata_lock = threading.Lock()  # one thread reads the store's metadata; the others wait for it
         #: Closed: queries go to the Celery workers; open: in-process (see `distributed.CircuitBreaker`).
         self.breaker = CircuitBreaker(settings.broker_retry_after, clock=lambda: monotonic())
 
@@ -238,9 +244,10 @@ class Recommender:
         return self.index.version
 
     # -- the query path ---------------------------------------------------------------------
-    def recommend(self, query: Query, k: int = 10) -> Answer:
+    def recommend(self, query: Query, k: int = 10, where: TicketFilter | None = None) -> Answer:
         """The k historical tickets most similar to `query`, best first, each with its calibrated score and why,
-        and how they were found (`Answer.info`)."""
+        and how they were found (`Answer.info`); with `where`, only tickets whose metadata passes it, each scored
+        as it would be without the filter (`filtered_candidates`)."""
         validate_query(query, self.settings)
         if k < 1:
             raise InputError(f"k must be at least 1, not {k}")
@@ -252,14 +259,18 @@ class Recommender:
         timings["encode"] = time.perf_counter() - t0
 
         t1 = time.perf_counter()
-        rows, bm25 = self.candidates(query, index)
+        bm25_max = None
+        if where is None:
+            rows, bm25 = self.candidates(query, index)
+        else:
+            rows, bm25, bm25_max = self.filtered_candidates(query, index, where)
         timings["prefilter"] = time.perf_counter() - t1
 
-        best, tickets, mode, reason = self._best_stored(index, query_vecs, k, rows, bm25, timings)
+        best, tickets, mode, reason = self._best_stored(index, query_vecs, k, rows, bm25, timings, where, bm25_max)
         t3 = time.perf_counter()
         raw = np.array([g for _, g, _ in best], dtype=np.float64)
         calibrated = model.calibrate(raw) if len(raw) else raw
-        shares = result_channel_shares(index, query_vecs, best, rows, bm25)
+        shares = result_channel_shares(index, query_vecs, best, rows, bm25, bm25_max)
         out = []
         words, version_idf = query_words(query), index.bm25.word_idf
         idf_of = {word: version_idf(word) for word in dict.fromkeys(words)}  # once a query: they choose shared terms
@@ -277,21 +288,24 @@ class Recommender:
         prefilter = "none" if rows is None and bm25 is None else str(self._searcher_for(index).name)
         info = AnswerInfo(index_version=index.version, model_version=model.version, prefilter=prefilter, mode=mode,
                           fallback_reason=reason, candidates=None if rows is None else int(len(rows)),
-                          timings=timings)
+                          timings=timings, where=[] if where is None else [str(c) for c in where.conditions])
         return Answer(out, info)
 
-    def _best_stored(self, index, query_vecs, k: int, rows, bm25, timings: dict) -> tuple[list, dict, str, str | None]:
-        """The k best of `index` that the store still holds, with those tickets: a ticket removed since the index
-        was built (`ticketrec remove`) is skipped, and as many more are scored as were skipped."""
+    def _best_stored(self, index, query_vecs, k: int, rows, bm25, timings: dict, where: TicketFilter | None = None,
+                     bm25_max: float | None = None) -> tuple[list, dict, str, str | None]:
+        """The k best of `index` that the store still holds (and that pass `where` as stored now), with those
+        tickets: a ticket removed since the index was built (`ticketrec remove`), or changed so that the filter
+        no longer keeps it, is skipped, and as many more are scored as were skipped."""
         want, scored, fetched = k, 0.0, 0.0
         while True:
             t = time.perf_counter()
-            best, mode, reason = self._score(index, query_vecs, want, rows, bm25)
+            best, mode, reason = self._score(index, query_vecs, want, rows, bm25, bm25_max)
             scored += time.perf_counter() - t
             t = time.perf_counter()
             tickets = {ticket.id: ticket for ticket in self.store.get_tickets([tid for tid, _, _ in best])}
             fetched += time.perf_counter() - t
-            stored = [item for item in best if item[0] in tickets]
+            stored = [item for item in best
+                      if item[0] in tickets and (where is None or where.matches(tickets[item[0]].metadata))]
             if len(stored) >= k or len(best) < want:  # enough, or no candidate left
                 break
             want += len(best) - len(stored)
@@ -325,8 +339,50 @@ class Recommender:
             return None, (np.zeros(len(index), np.float32) if lexical else None)
         return rows, scores.astype(np.float32)
 
-    def _score(self, index, query_vecs, k: int, rows, bm25) -> tuple[list[tuple[str, float, float | None]], str, str | None]:
-        """Top k as (ticket id, g, bm25): on the Celery workers when configured and healthy, else in-process."""
+    def metadata_table(self, index) -> MetadataTable:
+        """The metadata of the tickets of `index`, by row, as the store holds it now (read again only when the store
+        changed: `Store.change_mark`); a row whose ticket was removed has none."""
+        mark = self.store.change_mark()
+        cached = self._metadata
+        if cached is None or cached[0] != index.version or cached[1] != mark:
+            with self._metadata_lock:
+                cached = self._metadata
+                if cached is None or cached[0] != index.version or cached[1] != mark:
+                    row_of = index.row_of
+                    table = MetadataTable.of(len(index), ((row_of[tid], metadata) for tid, metadata in
+                                                          self.store.ticket_metadata() if tid in row_of))
+                    self._metadata = cached = (index.version, mark, table)
+        return cached[2]
+
+    def filtered_candidates(self, query: Query, index, where: TicketFilter) -> tuple[np.ndarray, np.ndarray | None,
+                                                                                         float | None]:
+        """`candidates` among the tickets `where` keeps: (rows, their BM25, the query's BM25 maximum over the whole
+        index). The K best by BM25 of those sharing a word with the query (all of them when none does, or K = 0);
+        the maximum is the one the unfiltered ranking normalises by, so a ticket scores the same with a filter as
+        without. InputError for a filter on a field no ticket has (`MetadataTable.mask`)."""
+        from .scoring import top_k
+
+        allowed = np.flatnonzero(self.metadata_table(index).mask(where)).astype(np.int64)
+        k = self.settings.candidates
+        lexical = bool(float(index.metric_spec.get("bm25", 0.0) or 0.0))
+        if allowed.size == 0 or (k <= 0 and not lexical):
+            return allowed, None, None
+        try:
+            dense = self._searcher_for(index).score_index(query_text(query), index).astype(np.float32)
+        except ServiceUnavailable as exc:
+            log.warning("BM25 searcher unavailable (%s); scoring the filtered tickets without it", exc)
+            return allowed, None, None
+        scores = dense[allowed]
+        if k > 0 and (scores > 0).any():
+            sharing = np.flatnonzero(scores > 0)
+            best = sharing[top_k(scores[sharing], k)]
+            return allowed[best], scores[best], float(dense.max())
+        return allowed, scores if lexical else None, float(dense.max(initial=0.0))
+
+    def _score(self, index, query_vecs, k: int, rows, bm25, bm25_max: float | None = None,
+               ) -> tuple[list[tuple[str, float, float | None]], str, str | None]:
+        """Top k as (ticket id, g, bm25): on the Celery workers when configured and healthy, else in-process
+        (`bm25_max`: the BM25 maximum to normalise by, when not the candidates' own)."""
         reason = None
         if self.settings.broker_url:
             if not self.breaker.allow():  # open: no connection attempt, the answer says why
@@ -335,7 +391,8 @@ class Recommender:
                 from .distributed import score_on_workers
 
                 try:
-                    best = score_on_workers(self.settings, index.version, query_vecs, k, rows, bm25)
+                    best = score_on_workers(self.settings, index.version, query_vecs, k, rows, bm25,
+                                            bm25_max=bm25_max)
                 except ServiceUnavailable as exc:
                     reason = str(exc)
                     self.breaker.failure(reason)
@@ -347,7 +404,7 @@ class Recommender:
                 else:
                     self.breaker.success()
                     return best, "celery", None
-        return score_in_process(index, query_vecs, k, rows, bm25), "in-process", reason
+        return score_in_process(index, query_vecs, k, rows, bm25, bm25_max), "in-process", reason
 
 
 #: Candidates (at most) whose per-channel distances stand for "the typical candidate" of a query.
@@ -403,10 +460,11 @@ def share_percentages(shares: dict[str, float]) -> list[tuple[str, int]]:
 
 
 def result_channel_shares(index, query_vecs, best: Sequence[tuple[str, float, float | None]], rows=None,
-                          bm25=None) -> list[dict[str, float]]:
+                          bm25=None, bm25_max: float | None = None) -> list[dict[str, float]]:
     """Each result's channel shares (`scoring.channel_shares`) against an evenly spaced sample of at most
-    REFERENCE_SAMPLE of the query's scored candidates (`rows`, or every index row when None; `bm25` as given to the
-    scorer). One pass over the results and the sample, whichever path (in-process, Celery) scored them."""
+    REFERENCE_SAMPLE of the query's scored candidates (`rows`, or every index row when None; `bm25` and `bm25_max`
+    as given to the scorer). One pass over the results and the sample, whichever path (in-process, Celery) scored
+    them."""
     from .scoring import channel_distances, channel_shares
 
     if not best:
@@ -420,7 +478,8 @@ def result_channel_shares(index, query_vecs, best: Sequence[tuple[str, float, fl
     all_bm25 = bm25_max = None
     if bm25 is not None:
         bm25 = np.asarray(bm25, dtype=np.float32)
-        bm25_max = float(bm25.max(initial=0.0))  # the normalisation the ranking used
+        if bm25_max is None:
+            bm25_max = float(bm25.max(initial=0.0))  # the normalisation the ranking used
         if rows is None:  # one score per index row
             result_bm25 = bm25[result_rows]
         else:  # the scorer returned each result's own BM25
@@ -433,11 +492,12 @@ def result_channel_shares(index, query_vecs, best: Sequence[tuple[str, float, fl
     return shares or [{} for _ in best]
 
 
-def score_in_process(index, query_vecs, k: int, rows=None, bm25=None) -> list[tuple[str, float, float | None]]:
+def score_in_process(index, query_vecs, k: int, rows=None, bm25=None,
+                     bm25_max: float | None = None) -> list[tuple[str, float, float | None]]:
     """Top k of one encoded query over the index (or its candidate rows) as (ticket id, g, bm25), best first."""
     from .scoring import rank
 
-    best_rows, g, best_bm25 = rank(index.metric_spec, query_vecs, index.vectors, k, rows, bm25)
+    best_rows, g, best_bm25 = rank(index.metric_spec, query_vecs, index.vectors, k, rows, bm25, bm25_max=bm25_max)
     ids = index.ticket_ids
     bms: Sequence = [None] * len(best_rows) if best_bm25 is None else best_bm25.tolist()
     return [(ids[int(r)], float(s), b) for r, s, b in zip(best_rows, g, bms)]
