@@ -170,8 +170,10 @@ def test_recommendations_schema(engine_api, web_engine):
         for topic in r["topics"]:
             assert isinstance(topic["id"], int) and isinstance(topic["weight"], float)
             assert topic["words"] and all(isinstance(w, str) for w in topic["words"])
-        assert set(r["ticket"]) == {"id", "subject", "description", "solution"}
-        assert all(isinstance(v, str) for v in r["ticket"].values())
+        assert set(r["ticket"]) == {"id", "subject", "description", "solution", "metadata"}
+        assert all(isinstance(r["ticket"][name], str) for name in ("id", "subject", "description", "solution"))
+        # the ticket's imported columns, as GET /tickets/ID gives them (what a filter reads)
+        assert r["ticket"]["metadata"] == engine_api.get(f"/api/v1/tickets/{r['ticket']['id']}").get_json()["metadata"]
         # why: each weighted channel's share (h, E, T, S, bm25); shares sum to 1, or are all 0
         spec = engine.index.metric_spec
         weighted = {c for c, w in spec["channels"].items() if w > 0} | ({"bm25"} if spec["bm25"] > 0 else set())

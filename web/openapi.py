@@ -127,16 +127,13 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
         },
         "Label": {"type": "string", "enum": list(LABELS),
                   "description": "YES: it solves the query; REL: related; NO: not relevant."},
-        "TicketText": {
-            "type": "object", "required": ["id", "subject", "description", "solution"], "additionalProperties": False,
-            "properties": {name: {"type": "string"} for name in ("id", "subject", "description", "solution")},
-        },
         "Ticket": {
             "type": "object", "required": ["id", "subject", "description", "solution", "metadata"],
             "additionalProperties": False,
             "properties": {**{name: {"type": "string"} for name in ("id", "subject", "description", "solution")},
                            "metadata": {"type": "object",
-                                        "description": "Whatever the import carried besides the text."}},
+                                        "description": "Whatever the import carried besides the text (the "
+                                                       "columns a filter reads: `where`)."}},
         },
         "Recommendation": {
             "type": "object", "additionalProperties": False,
@@ -162,7 +159,7 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                     "properties": {channel: {"type": "number", "minimum": 0, "maximum": 1}
                                    for channel in (*CHANNELS, "bm25")},
                 },
-                "ticket": {"$ref": "#/components/schemas/TicketText"},
+                "ticket": {"$ref": "#/components/schemas/Ticket"},
             },
         },
         "Recommendations": {

@@ -183,5 +183,6 @@ class Recommendation:
                 "subject": self.ticket.subject,
                 "description": self.ticket.description,
                 "solution": self.ticket.solution,
+                "metadata": dict(self.ticket.metadata),
             },
         }
