@@ -75,6 +75,10 @@ def test_a_table_masks_rows_and_names_what_there_is_when_a_filter_cannot_match()
     assert TicketFilter.equal({"Category": "Network, VPN", "status": " "}).conditions == (
         parse_condition(r"category=network\, vpn"),)
     assert TicketFilter.equal({"status": ""}) is None
+    with pytest.raises(InputError, match="at most 10 conditions"):
+        TicketFilter.equal({f"field{i}": "x" for i in range(11)})
+    # "nan" and "inf" compare as text (as floats, NaN would order against nothing)
+    assert parse_filter(["n<=nan"]).matches({"n": "nan"}) and parse_filter(["n>=inf"]).matches({"n": "z"})
 
 
 # -- the engine ------------------------------------------------------------------------------------------------------

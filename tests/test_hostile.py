@@ -118,7 +118,7 @@ def test_api_answers_every_case_with_200_or_a_json_400(hostile, hostile_app):
         for result in data["results"]:  # the stored text, byte for byte: nothing escaped, nothing interpreted
             stored = store.get_ticket(result["ticket"]["id"])
             assert result["ticket"] == {"id": stored.id, "subject": stored.subject, "description": stored.description,
-                                        "solution": stored.solution}, case["id"]
+                                        "solution": stored.solution, "metadata": stored.metadata}, case["id"]
     assert statuses[200] > 400 and statuses[400] > 50  # both outcomes are exercised, not one path for all
 
 

@@ -12,6 +12,7 @@ row mask without reading the store again for each query.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -53,10 +54,12 @@ def _scalars(value: Any) -> tuple[str, ...]:
 
 
 def _number(text: str) -> float | None:
+    """The number `text` writes (None for anything else, "nan" and "inf" included: they would not order)."""
     try:
-        return float(text)
+        number = float(text)
     except ValueError:
         return None
+    return number if math.isfinite(number) else None
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,9 @@ class TicketFilter:
         """field = value for each (field, value) chosen (a menu's choice: the value whole, commas and all); None
         when nothing is chosen."""
         conditions = tuple(Condition(fold(f), "=", (fold(v),)) for f, v in chosen.items() if fold(f) and fold(v))
+        if len(conditions) > MAX_CONDITIONS or any(len(f) + len(v) > MAX_CONDITION_CHARS for f, v in chosen.items()):
+            raise InputError(f"a filter has at most {MAX_CONDITIONS} conditions of at most "
+                             f"{MAX_CONDITION_CHARS:,} characters")
         return cls(conditions) if conditions else None
 
     def __str__(self) -> str:
