@@ -105,8 +105,7 @@ def recommendations():
     if not isinstance(where, list) or not all(isinstance(c, str) for c in where):
         raise ApiError(400, "'where' must be a list of conditions such as [\"status=RESOLVED\"]")
     try:
-        ticket_filter = parse_filter(where)
-        answer = services().recommend(subject, description, k=k, where=ticket_filter)
+        answer = services().recommend(subject, description, k=k, where=parse_filter(where))
     except InputError as exc:
         raise ApiError(400, str(exc)) from exc
     except TicketrecError as exc:
@@ -118,7 +117,7 @@ def recommendations():
         "model_version": answer.model_version,
         "index_version": answer.index_version,
         "took_ms": round(answer.took_ms, 2),
-        "where": [] if ticket_filter is None else [str(c) for c in ticket_filter.conditions],
+        "where": [] if info is None else info.where,  # the filter as the engine read it
         "served": None if info is None else {  # how: pre-filter, scoring (celery | in-process) and why, candidates
             "prefilter": info.prefilter, "mode": info.mode, "fallback_reason": info.fallback_reason,
             "candidates": info.candidates, "timings_ms": {k: round(v * 1000.0, 2) for k, v in info.timings.items()},

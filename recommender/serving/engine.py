@@ -323,7 +323,7 @@ class Recommender:
         """
         k = self.settings.candidates
         exhaustive = k <= 0
-        lexical = bool(float(index.metric_spec.get("bm25", 0.0) or 0.0))  # does the model weigh BM25?
+        lexical = weighs_bm25(index)
         if exhaustive and not lexical:
             return None, None
         text = query_text(query)
@@ -364,7 +364,7 @@ class Recommender:
 
         allowed = np.flatnonzero(self.metadata_table(index).mask(where)).astype(np.int64)
         k = self.settings.candidates
-        lexical = bool(float(index.metric_spec.get("bm25", 0.0) or 0.0))
+        lexical = weighs_bm25(index)
         if allowed.size == 0 or (k <= 0 and not lexical):
             return allowed, None, None
         try:
@@ -372,12 +372,12 @@ class Recommender:
         except ServiceUnavailable as exc:
             log.warning("BM25 searcher unavailable (%s); scoring the filtered tickets without it", exc)
             return allowed, None, None
-        scores = dense[allowed]
+        scores, top = dense[allowed], float(dense.max(initial=0.0))
         if k > 0 and (scores > 0).any():
             sharing = np.flatnonzero(scores > 0)
             best = sharing[top_k(scores[sharing], k)]
-            return allowed[best], scores[best], float(dense.max())
-        return allowed, scores if lexical else None, float(dense.max(initial=0.0))
+            return allowed[best], scores[best], top
+        return allowed, scores if lexical else None, top
 
     def _score(self, index, query_vecs, k: int, rows, bm25, bm25_max: float | None = None,
                ) -> tuple[list[tuple[str, float, float | None]], str, str | None]:
@@ -405,6 +405,11 @@ class Recommender:
                     self.breaker.success()
                     return best, "celery", None
         return score_in_process(index, query_vecs, k, rows, bm25, bm25_max), "in-process", reason
+
+
+def weighs_bm25(index) -> bool:
+    """Whether the model `index` was encoded with weighs BM25 (the lexical feature) above 0."""
+    return bool(float(index.metric_spec.get("bm25", 0.0) or 0.0))
 
 
 #: Candidates (at most) whose per-channel distances stand for "the typical candidate" of a query.
