@@ -98,7 +98,7 @@ def test_recommendations_without_a_model_say_what_to_do(api):
 
 def test_wrong_method_and_unknown_route_are_json(api):
     assert_json_error(api.get("/api/v1/recommendations"), 405)
-    assert_json_error(api.delete("/api/v1/tickets/WEB-1"), 405)
+    assert_json_error(api.patch("/api/v1/tickets/WEB-1"), 405)
     assert_json_error(api.get("/api/v1/nothing-here"), 404)
 
 

@@ -30,8 +30,9 @@ def schemathesis_config(unavailable_is_expected: bool = False) -> schemathesis.C
             "content_type_conformance": {"enabled": True},
             "response_schema_conformance": {"enabled": True},
             # a request the document calls invalid must be refused: 400, 413 for a description over the limit,
-            # 404 for a ticket path the router cannot match (an empty id)
-            "negative_data_rejection": {"enabled": True, "expected-statuses": [400, 404, 413]},
+            # 404 for a ticket path the router cannot match (an empty id), 401 for one without the API token an
+            # operation always requires (PUT and DELETE of a ticket)
+            "negative_data_rejection": {"enabled": True, "expected-statuses": [400, 401, 404, 413]},
         },
     })
 
@@ -54,7 +55,8 @@ def test_the_served_document_is_valid_openapi(app):
     schema.validate()  # against the OpenAPI 3.1 meta-schema; raises on an invalid document
     # schemathesis leaves out the endpoint the document was loaded from (GET /openapi.json)
     labels = {result.ok().label for result in schema.get_all_operations()}
-    assert labels == {"POST /recommendations", "GET /tickets/{ticket_id}", "POST /feedback", "GET /healthz"}
+    assert labels == {"POST /recommendations", "GET /tickets/{ticket_id}", "PUT /tickets/{ticket_id}",
+                      "DELETE /tickets/{ticket_id}", "POST /feedback", "GET /healthz"}
 
 
 def test_the_validation_catches_a_broken_document(app):
@@ -166,20 +168,40 @@ def model_app(engine_app):
     return engine_app(MAX_DESCRIPTION=200)
 
 
+def tickets_token(app) -> dict:
+    """Headers with an API token of scope tickets, made in `app`'s store, which may then do everything the document
+    describes: generated requests reach the validation of every operation, PUT and DELETE too, instead of a 401."""
+    from recommender.data.store import Store
+
+    with Store(app.config["TICKETREC_SETTINGS"].db) as store:
+        store.add_user("fuzz", "fuzzing password")
+        return {"Authorization": f"Bearer {store.create_token('fuzz', 'tickets')[1]}"}
+
+
+@pytest.fixture
+def app_token(app):
+    return tickets_token(app)
+
+
+@pytest.fixture
+def model_app_token(model_app):
+    return tickets_token(model_app)
+
+
 def test_the_fuzzed_apps_serve_the_fuzzed_document(app, model_app):
     assert document(app) == document(model_app) == openapi_document(200, MAX_K)
 
 
 @without_model.parametrize()
 @SETTINGS
-def test_without_a_model_the_api_answers_as_documented(case, app):
-    case.call_and_validate(app=app)
+def test_without_a_model_the_api_answers_as_documented(case, app, app_token):
+    case.call_and_validate(app=app, headers=app_token)
 
 
 @with_model.parametrize()
 @SETTINGS
-def test_with_a_model_the_api_answers_as_documented(case, model_app):
-    case.call_and_validate(app=model_app)
+def test_with_a_model_the_api_answers_as_documented(case, model_app, model_app_token):
+    case.call_and_validate(app=model_app, headers=model_app_token)
 
 
 @pytest.mark.parametrize("path, method, request_parts, status", [
@@ -188,8 +210,13 @@ def test_with_a_model_the_api_answers_as_documented(case, model_app):
                                     "label": "REL"}}, 201),
     ("/recommendations", "POST", {"body": {"subject": "valve seal leak", "description": None, "k": 100}}, 200),
     ("/healthz", "GET", {}, 200),
+    ("/tickets/{ticket_id}", "PUT", {"path_parameters": {"ticket_id": "WEB-NEW"},
+                                     "body": {"subject": "Seal leak", "metadata": {"area": "valve"}}}, 201),
+    ("/tickets/{ticket_id}", "PUT", {"path_parameters": {"ticket_id": "WEB-1"}, "body": {"subject": "Seal leak"}}, 200),
+    ("/tickets/{ticket_id}", "DELETE", {"path_parameters": {"ticket_id": "WEB-HTML"}}, 200),
 ])
-def test_answers_random_requests_rarely_reach_are_as_documented(model_app, path, method, request_parts, status):
+def test_answers_random_requests_rarely_reach_are_as_documented(model_app, model_app_token, path, method,
+                                                                request_parts, status):
     """Known tickets are needles in the haystack of generated ids: these answers are checked on purpose."""
-    response = with_model[path][method].Case(**request_parts).call_and_validate(app=model_app)
+    response = with_model[path][method].Case(**request_parts).call_and_validate(app=model_app, headers=model_app_token)
     assert response.status_code == status

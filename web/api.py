@@ -1,4 +1,5 @@
-"""The JSON API under /api/v1: recommendations, tickets, feedback, health. JSON in, JSON out, JSON errors.
+"""The JSON API under /api/v1: recommendations, tickets (read; add, replace, remove), feedback, health. JSON in, JSON
+out, JSON errors.
 
 CSRF tokens are not used here: every write requires `Content-Type: application/json`, which a cross-site
 form cannot send without a CORS preflight this app never grants. Who may call what (`Authorization: Bearer` API
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, current_app, jsonify, request, url_for
 from werkzeug.exceptions import HTTPException
 
 from recommender.errors import InputError, TicketrecError
 from recommender.data.filters import parse_filter
+from recommender.data.importers import ticket_from_json
 from recommender.data.markup import holds_markup, html_to_text
-from recommender.data.records import MAX_ID_CHARS
+from recommender.data.records import MAX_ID_CHARS, Ticket
 from recommender.data.store import Feedback, query_key
 
 from . import auth
@@ -131,6 +133,11 @@ def _check_ticket_id(ticket_id: str) -> None:
         raise ApiError(400, f"a ticket id has at most {MAX_ID_CHARS} characters, not {len(ticket_id):,}")
 
 
+def _ticket_json(found: Ticket) -> dict[str, Any]:
+    return {"id": found.id, "subject": found.subject, "description": found.description, "solution": found.solution,
+            "metadata": found.metadata}
+
+
 @bp.get("/tickets/<path:ticket_id>")
 @auth.require("read")
 def ticket(ticket_id: str):
@@ -139,8 +146,47 @@ def ticket(ticket_id: str):
     found = services().store().get_ticket(ticket_id)
     if found is None:
         raise ApiError(404, f"there is no ticket {ticket_id!r}")
-    return jsonify({"id": found.id, "subject": found.subject, "description": found.description,
-                    "solution": found.solution, "metadata": found.metadata})
+    return jsonify(_ticket_json(found))
+
+
+@bp.put("/tickets/<path:ticket_id>")
+@auth.require("tickets")
+def put_ticket(ticket_id: str):
+    """`{"subject", "description", "solution", "metadata", "html"}` → the ticket `ticket_id` added (201) or replaced
+    (200), as an import would write it; served by the next reindex (`"indexed"` says whether it is already)."""
+    _check_ticket_id(ticket_id)
+    data = _body()
+    as_html = data.pop("html", False)
+    if not isinstance(as_html, bool):
+        raise ApiError(400, f"'html' must be true or false, not {type(as_html).__name__}")
+    if data.get("id", ticket_id) != ticket_id:  # a ticket as GET gives it may be sent back whole
+        raise ApiError(400, f"the body's 'id' is not the ticket id of the URL ({ticket_id!r}); leave it out")
+    data.pop("id", None)
+    try:
+        new, cut = ticket_from_json(ticket_id, data, html=as_html, settings=services().settings)
+        result = services().store().put_ticket(new, source=f"api:{auth.user_name()}")
+    except InputError as exc:
+        raise ApiError(400, str(exc)) from exc
+    body = {"id": new.id, "result": result, "cut": cut, "indexed": services().indexed(new.id),
+            "ticket": _ticket_json(new)}
+    if result != "created":
+        return jsonify(body)
+    return jsonify(body), 201, {"Location": url_for("api.ticket", ticket_id=new.id)}
+
+
+@bp.delete("/tickets/<path:ticket_id>")
+@auth.require("tickets")
+def delete_ticket(ticket_id: str):
+    """Remove the ticket `ticket_id` with the labelled pairs and feedback that name it; no answer shows it from now."""
+    _check_ticket_id(ticket_id)
+    store = services().store()
+    if store.get_ticket(ticket_id) is None:
+        raise ApiError(404, f"there is no ticket {ticket_id!r}")
+    try:
+        removed = store.remove_tickets([ticket_id])
+    except InputError as exc:  # removed by another request meanwhile
+        raise ApiError(404, str(exc)) from exc
+    return jsonify({"id": ticket_id, "removed": removed})
 
 
 @bp.post("/feedback")

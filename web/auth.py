@@ -2,8 +2,9 @@
 (`Authorization: Bearer …`); the secret key that signs sessions and CSRF tokens is shared by every worker.
 
 The rules (`require`): with no account in the store the app is open, as before accounts existed. Once one exists,
-writes (feedback) need a signed-in user or a token of scope `write`; reads (search, tickets, status, topics) need
-one as `TICKETREC_AUTH_READ` says (auto: whenever an account exists; required: always; open: never). Pages send a
+writes (feedback) need a signed-in user or a token of scope `write` (or `tickets`); reads (search, tickets, status,
+topics) need one as `TICKETREC_AUTH_READ` says (auto: whenever an account exists; required: always; open: never).
+Adding, replacing and removing tickets (PUT and DELETE /api/v1/tickets/ID) always needs a token of scope `tickets`. Pages send a
 signed-out engineer to the login page; the API answers 401 (no or a bad token) or 403 (a read-only token writing).
 Accounts and tokens live in the store (`ticketrec user …`, `ticketrec token …`).
 """
@@ -77,7 +78,7 @@ class Identity:
 
     name: str
     via: str  # session | token
-    scope: str = "write"  # read | write (a session may do anything its user may)
+    scope: str = "write"  # read | write | tickets (a session may read and write; tickets need a token)
 
 
 def _store():
@@ -182,10 +183,27 @@ def _refuse(message: str, status: int = 401):
     return redirect(url_for("views.login", next=safe_next(target)))
 
 
+def _may_change_tickets(who: Identity | None):
+    """None when `who` may add, replace and remove tickets (an API token of scope tickets), else the refusal. Unlike
+    reading and feedback this is never open: without accounts nobody may."""
+    if who is None:
+        return _refuse("changing the knowledge base needs an API token of scope tickets: `ticketrec user add NAME`, "
+                       "then `ticketrec token create NAME --tickets`; send it as `Authorization: Bearer <token>`")
+    if who.via != "token":
+        return _refuse("the knowledge base is changed with an API token (`ticketrec token create NAME --tickets`), "
+                       "not a signed-in session", 403)
+    if who.scope != "tickets":
+        return _refuse(f"this API token of {who.name} may not change the knowledge base; create one with "
+                       "`ticketrec token create NAME --tickets`", 403)
+    return None
+
+
 def check(action: str):
-    """None when this request may `action` ("read" or "write"), else the refusal (a redirect to the login page;
-    under /api/ a 401 or 403 is raised)."""
+    """None when this request may `action` ("read", "write" or "tickets"), else the refusal (a redirect to the login
+    page; under /api/ a 401 or 403 is raised)."""
     who = identity()
+    if action == "tickets":
+        return _may_change_tickets(who)
     needed = accounts_exist() if action == "write" else read_required()
     if not needed:
         return None
@@ -197,13 +215,13 @@ def check(action: str):
             return _refuse(f"sign in required to {doing}: send `Authorization: Bearer <token>` "
                            "(`ticketrec token create USER` makes one)")
         return _refuse(f"Sign in to {doing}.")
-    if action == "write" and who.scope != "write":
+    if action == "write" and who.scope == "read":
         return _refuse(f"this API token of {who.name} may only read; create one without --read-only to write", 403)
     return None
 
 
 def require(action: str) -> Callable:
-    """Decorate a view: it runs only when the request may `action` ("read" or "write")."""
+    """Decorate a view: it runs only when the request may `action` ("read", "write" or "tickets")."""
 
     def decorator(view: Callable) -> Callable:
         @functools.wraps(view)

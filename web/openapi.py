@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from recommender.data.filters import MAX_CONDITION_CHARS, MAX_CONDITIONS
+from recommender.data.importers import MAX_METADATA_FIELDS, MAX_METADATA_NAME
 from recommender.data.records import MAX_ID_CHARS
 from recommender.model.siamese import CHANNELS
 
@@ -76,6 +77,10 @@ _UNAUTHORIZED = {**_error("No credentials where the app requires them (once an a
                                                                 "`error=invalid_token` for a bad token.",
                                                  "schema": {"type": "string"}}}}
 _FORBIDDEN = _error("The API token may only read (created with `ticketrec token create USER --read-only`).")
+_TICKETS_UNAUTHORIZED = {**_UNAUTHORIZED, "description": "No API token, or an unknown or revoked one: changing the "
+                                                         "knowledge base always needs one, accounts or not."}
+_TICKETS_FORBIDDEN = _error("The API token is not of scope tickets (`ticketrec token create USER --tickets`), or the "
+                            "request came from a signed-in session.")
 
 #: How a request says who it is; none is needed while the store has no account (the empty requirement `{}`).
 SECURITY_SCHEMES = {
@@ -90,6 +95,9 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
     """The OpenAPI 3.1 document of /api/v1 for an app whose descriptions may have `max_description` characters and
     whose requests may ask for `max_k` results (api.MAX_K; passed in, as api.py imports this module)."""
     nullable_string = {"type": ["string", "null"]}
+    ticket_id = [{"name": "ticket_id", "in": "path", "required": True,
+                  "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
+                  "description": "The ticket's id (it may contain slashes)."}]
     schemas: dict[str, Any] = {
         "Error": {
             "type": "object", "required": ["error"], "additionalProperties": False,
@@ -134,6 +142,53 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                            "metadata": {"type": "object",
                                         "description": "Whatever the import carried besides the text (the "
                                                        "columns a filter reads: `where`)."}},
+        },
+        "TicketWrite": {
+            "type": "object", "required": ["subject"], "additionalProperties": False,
+            "description": "A ticket as `ticketrec import` reads a ticket record: text beyond the import limits "
+                           "(TICKETREC_MAX_SUBJECT_CHARS, TICKETREC_MAX_FIELD_CHARS) is cut and the answer's `cut` "
+                           "names the fields; a ticket with neither subject nor description text is refused (400).",
+            "properties": {
+                "id": {"type": "string", "description": "May be left out; when sent, the id of the URL."},
+                "subject": {"type": "string"},
+                **{name: {"type": ["string", "array", "null"], "items": nullable_string,
+                          "description": f"The {name.upper()} (optional); a list of texts is joined, a blank line "
+                                         "between them (e.g. comments)."} for name in ("description", "solution")},
+                "metadata": {"type": ["object", "null"], "maxProperties": MAX_METADATA_FIELDS,
+                             "propertyNames": {"minLength": 1, "maxLength": MAX_METADATA_NAME,
+                                               "pattern": _not_blank_pattern()},
+                             "additionalProperties": {"type": ["string", "number", "boolean", "null", "array"],
+                                                      "items": {"type": ["string", "number", "boolean", "null"]}},
+                             "description": "The ticket's other fields (status, resolution, dates): what cards show "
+                                            "and `where` filters read; null and empty values are left out."},
+                "html": {"type": "boolean", "default": False,
+                         "description": "true: the texts that hold markup are read as the text a browser shows."},
+            },
+        },
+        "TicketWritten": {
+            "type": "object", "required": ["id", "result", "cut", "indexed", "ticket"], "additionalProperties": False,
+            "properties": {
+                "id": {"type": "string"},
+                "result": {"type": "string", "enum": ["created", "replaced", "unchanged"],
+                           "description": "unchanged: the store held exactly this ticket already (it stays as it was)."},
+                "cut": {"type": "array", "items": {"type": "string", "enum": ["subject", "description", "solution"]},
+                        "description": "The fields cut to the import limits."},
+                "indexed": {"type": ["boolean", "null"],
+                            "description": "Whether the served index holds the ticket as stored now; false until the "
+                                           "next reindex (nightly, or `ticketrec reindex`) after a change; null when "
+                                           "no index is served."},
+                "ticket": {"$ref": "#/components/schemas/Ticket"},
+            },
+        },
+        "TicketRemoved": {
+            "type": "object", "required": ["id", "removed"], "additionalProperties": False,
+            "properties": {
+                "id": {"type": "string"},
+                "removed": {"type": "object", "required": ["tickets", "pairs", "feedback"], "additionalProperties": False,
+                            "description": "What went with it: the ticket, the labelled pairs and the feedback that "
+                                           "named it.",
+                            "properties": {n: {"type": "integer", "minimum": 0} for n in ("tickets", "pairs", "feedback")}},
+            },
         },
         "Recommendation": {
             "type": "object", "additionalProperties": False,
@@ -236,11 +291,13 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {
             "title": "ticketrec JSON API", "version": API_VERSION,
-            "description": "Similar historical support tickets for a new one, feedback on them, and service health. "
+            "description": "Similar historical support tickets for a new one, feedback on them, the knowledge base's "
+                           "tickets, and service health. "
                            "Every error is `{\"error\": {\"status\", \"message\"}}` with its HTTP status; "
                            "writes require `Content-Type: application/json`. Once the store has an account, feedback "
                            "needs an API token (`Authorization: Bearer …`) or a signed-in session, and so does "
-                           "reading unless TICKETREC_AUTH_READ=open; with no account everything is open.",
+                           "reading unless TICKETREC_AUTH_READ=open; with no account everything is open but adding, "
+                           "replacing and removing tickets, which always needs an API token of scope tickets.",
         },
         "security": [{"bearer": []}, {"session": []}, {}],
         "servers": [{"url": "/api/v1"}],
@@ -255,15 +312,39 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                     "503": _error("No model or index can be loaded: nothing to recommend from yet."),
                 },
             }},
-            "/tickets/{ticket_id}": {"get": {
-                "operationId": "getTicket", "summary": "One ticket of the knowledge base.",
-                "parameters": [{"name": "ticket_id", "in": "path", "required": True,
-                                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
-                                "description": "The ticket's id (it may contain slashes)."}],
-                "responses": {"200": _ok("The ticket.", "Ticket"),
-                              "400": _error(f"The id is over {MAX_ID_CHARS} characters."), "401": _UNAUTHORIZED,
-                              "404": _error("There is no such ticket."), "500": _UNEXPECTED},
-            }},
+            "/tickets/{ticket_id}": {
+                "get": {
+                    "operationId": "getTicket", "summary": "One ticket of the knowledge base.",
+                    "parameters": ticket_id,
+                    "responses": {"200": _ok("The ticket.", "Ticket"),
+                                  "400": _error(f"The id is over {MAX_ID_CHARS} characters."), "401": _UNAUTHORIZED,
+                                  "404": _error("There is no such ticket."), "500": _UNEXPECTED},
+                },
+                "put": {
+                    "operationId": "putTicket", "security": [{"bearer": []}], "parameters": ticket_id,
+                    "summary": "Add the ticket, or replace the one of this id (a help desk's integration keeping the "
+                               "knowledge base current). Served after the next reindex.",
+                    "requestBody": _json_body("TicketWrite"),
+                    "responses": {
+                        "200": _ok("Replaced, or unchanged.", "TicketWritten"),
+                        "201": {**_ok("Added.", "TicketWritten"),
+                                "headers": {"Location": {"description": "The ticket's URL.",
+                                                         "schema": {"type": "string"}}}},
+                        "400": _MALFORMED, "401": _TICKETS_UNAUTHORIZED, "403": _TICKETS_FORBIDDEN,
+                        "413": _TOO_LARGE, "500": _UNEXPECTED,
+                    },
+                },
+                "delete": {
+                    "operationId": "deleteTicket", "security": [{"bearer": []}], "parameters": ticket_id,
+                    "summary": "Remove the ticket, with the labelled pairs and feedback that name it; no answer "
+                               "shows it from then on.",
+                    "responses": {
+                        "200": _ok("Removed.", "TicketRemoved"),
+                        "400": _error(f"The id is over {MAX_ID_CHARS} characters."), "401": _TICKETS_UNAUTHORIZED,
+                        "403": _TICKETS_FORBIDDEN, "404": _error("There is no such ticket."), "500": _UNEXPECTED,
+                    },
+                },
+            },
             "/feedback": {"post": {
                 "operationId": "addFeedback", "summary": "Store an engineer's judgement of one result of a query.",
                 "requestBody": _json_body("FeedbackRequest"),

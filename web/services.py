@@ -237,6 +237,20 @@ class TicketrecServices:
 
         return pending_changes(self.settings, self.store(), index)
 
+    def indexed(self, ticket_id: str) -> bool | None:
+        """Whether the served index holds the ticket `ticket_id` as the store has it now (after an import or a PUT
+        that changed it, not until the next reindex); None when no index is served."""
+        engine, _ = self.engine_or_error()
+        index = getattr(engine, "index", None) if engine is not None else None
+        if index is None or not hasattr(index, "row_of"):
+            return None
+        updated = self.store().ticket_updated_at(ticket_id)
+        if updated is None:
+            return False
+        from recommender.serving.index import unchanged_rows
+
+        return bool(unchanged_rows(index, [ticket_id], [updated])[0] >= 0)
+
     def model_info(self) -> dict[str, Any] | None:
         """Version and training-data fingerprint of the served model, or None when none can be loaded."""
         engine, _ = self.engine_or_error()

@@ -108,10 +108,15 @@ def token() -> None:
 @token.command("create")
 @click.argument("name")
 @click.option("--read-only", is_flag=True, help="A token that may read but not give feedback (403).")
-def token_create(name: str, read_only: bool) -> None:
+@click.option("--tickets", is_flag=True,
+              help="A token that may also add, replace and remove tickets (PUT and DELETE /api/v1/tickets/ID): for a "
+                   "help desk's integration that keeps the knowledge base current.")
+def token_create(name: str, read_only: bool, tickets: bool) -> None:
     """Create an API token for the user NAME and print it once (only its SHA-256 is stored)."""
+    if read_only and tickets:
+        raise click.UsageError("--read-only and --tickets contradict each other; give one")
     with open_store() as store:
-        record, secret = store.create_token(name, "read" if read_only else "write")
+        record, secret = store.create_token(name, "read" if read_only else "tickets" if tickets else "write")
     click.echo(secret)
     click.echo(f"API token {record.id} of {name} ({record.scope}); it is shown only now: store it safely, "
                f"`ticketrec token revoke {record.id}` disables it", err=True)
@@ -131,7 +136,7 @@ def token_list(as_json: bool) -> None:
         click.echo("no API tokens (`ticketrec token create USER` makes one)")
     for t in tokens:
         state = f"revoked {_when(t.revoked_at)}" if t.revoked_at is not None else "live"
-        click.echo(f"{t.id:>4}  {t.user_name:<24} {t.scope:<5}  created {_when(t.created_at)}  {state}")
+        click.echo(f"{t.id:>4}  {t.user_name:<24} {t.scope:<7}  created {_when(t.created_at)}  {state}")
 
 
 @token.command("revoke")

@@ -92,8 +92,30 @@ CREATE INDEX api_tokens_user ON api_tokens(user_name);
 ALTER TABLE feedback ADD COLUMN user_name TEXT NOT NULL DEFAULT '';
 """
 
+#: Version 3: API tokens of scope 'tickets', which may also add, replace and remove the knowledge base's tickets
+#: (a help desk's integration keeping it current). SQLite cannot change a CHECK constraint in place, so the table is
+#: rebuilt with its rows (nothing references it), and its AUTOINCREMENT counter carried over: the id of a deleted
+#: token is never given again.
+_V3 = """
+CREATE TABLE api_tokens_v3 (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    user_name TEXT NOT NULL REFERENCES users(name) ON DELETE CASCADE,
+    token_sha256 TEXT NOT NULL UNIQUE,
+    scope TEXT NOT NULL DEFAULT 'write' CHECK (scope IN ('read', 'write', 'tickets')),
+    created_at REAL NOT NULL,
+    revoked_at REAL
+);
+INSERT INTO api_tokens_v3 (id, user_name, token_sha256, scope, created_at, revoked_at)
+    SELECT id, user_name, token_sha256, scope, created_at, revoked_at FROM api_tokens;
+DELETE FROM sqlite_sequence WHERE name = 'api_tokens_v3';
+INSERT INTO sqlite_sequence (name, seq) SELECT 'api_tokens_v3', seq FROM sqlite_sequence WHERE name = 'api_tokens';
+DROP TABLE api_tokens;
+ALTER TABLE api_tokens_v3 RENAME TO api_tokens;
+CREATE INDEX api_tokens_user ON api_tokens(user_name);
+"""
+
 #: The migrations, in order: MIGRATIONS[i] brings version i to version i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 
 
 def schema_version() -> int:

@@ -65,7 +65,9 @@ USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 MIN_PASSWORD = 8
 #: What every API token starts with (so a leaked one is recognisable, e.g. by secret scanners).
 TOKEN_PREFIX = "trk_"
-TOKEN_SCOPES = ("read", "write")
+#: What a token may do, each scope all that the ones before it may: read; write (give feedback); tickets (also add,
+#: replace and remove the knowledge base's tickets: a help desk's integration).
+TOKEN_SCOPES = ("read", "write", "tickets")
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class ApiToken:
 
     id: int
     user_name: str
-    scope: str  # read | write
+    scope: str  # read | write | tickets (TOKEN_SCOPES)
     created_at: float
     revoked_at: float | None = None
 
@@ -132,6 +134,23 @@ def _with_ids(records: Iterable, kind: str, source: str) -> Iterator:
             raise InputError(f"{source or 'import'}: a {kind} without an id ({record.subject!r}); give every "
                              f"{kind} an id (nothing was imported)")
         yield record
+
+
+#: Add a ticket or replace the one of its id; a ticket whose text and metadata are the same keeps its update time.
+_UPSERT_TICKET = (
+    "INSERT INTO tickets (id, subject, description, solution, metadata, source, updated_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET subject = excluded.subject, "
+    "description = excluded.description, solution = excluded.solution, metadata = excluded.metadata, "
+    "source = excluded.source, updated_at = excluded.updated_at "
+    "WHERE subject IS NOT excluded.subject OR description IS NOT excluded.description "
+    "OR solution IS NOT excluded.solution OR metadata IS NOT excluded.metadata"
+)
+
+
+def _ticket_row(ticket: Ticket, source: str, now: float) -> tuple:
+    """The `_UPSERT_TICKET` parameters of a ticket."""
+    return (ticket.id, ticket.subject, ticket.description, ticket.solution, json.dumps(ticket.metadata, sort_keys=True),
+            source, now)
 
 
 #: SQLite's primary result codes that mean "another connection holds a lock on it" (SQLITE_BUSY, SQLITE_LOCKED).
@@ -238,18 +257,8 @@ class Store:
         now = self.clock()
         removed = {}
         with self.transaction() as conn:
-            conn.executemany(
-                "INSERT INTO tickets (id, subject, description, solution, metadata, source, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET subject = excluded.subject, "
-                "description = excluded.description, solution = excluded.solution, metadata = excluded.metadata, "
-                "source = excluded.source, updated_at = excluded.updated_at "
-                "WHERE subject IS NOT excluded.subject OR description IS NOT excluded.description "
-                "OR solution IS NOT excluded.solution OR metadata IS NOT excluded.metadata",
-                (
-                    (t.id, t.subject, t.description, t.solution, json.dumps(t.metadata, sort_keys=True), data.source, now)
-                    for t in _with_ids(data.tickets, "ticket", data.source)
-                ),
-            )
+            conn.executemany(_UPSERT_TICKET, (_ticket_row(t, data.source, now)
+                                              for t in _with_ids(data.tickets, "ticket", data.source)))
             conn.executemany(
                 "INSERT INTO queries (id, subject, description, source) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET subject = excluded.subject, description = excluded.description",
@@ -273,6 +282,21 @@ class Store:
                 removed = {f"removed_{k}" if k != "tickets" else "removed": v
                            for k, v in self._delete_tickets(conn, stale).items()}
         return {"tickets": len(data.tickets), "queries": len(data.queries), "pairs": len(data.pairs), **removed}
+
+    def put_ticket(self, ticket: Ticket, source: str = "") -> str:
+        """Add `ticket`, or replace the stored ticket of its id, in one transaction: "created", "replaced", or
+        "unchanged" when the store already holds exactly this text and metadata (its update time then stays, so no
+        reindex re-encodes it). `source` says where it came from, as an import's file name does."""
+        ticket = next(_with_ids([ticket], "ticket", source))
+        with self.transaction() as conn:
+            existed = conn.execute("SELECT 1 FROM tickets WHERE id = ?", (ticket.id,)).fetchone() is not None
+            changed = conn.execute(_UPSERT_TICKET, _ticket_row(ticket, source, self.clock())).rowcount
+        return "unchanged" if not changed else "replaced" if existed else "created"
+
+    def ticket_updated_at(self, ticket_id: str) -> float | None:
+        """When the ticket `ticket_id` was last added or changed (what an index version records), None if absent."""
+        row = self.conn.execute("SELECT updated_at FROM tickets WHERE id = ?", (ticket_id,)).fetchone()
+        return None if row is None else float(row[0])
 
     def add_feedback(self, fb: Feedback) -> int:
         """Store one judgement; returns its id."""
@@ -464,7 +488,7 @@ class Store:
     def create_token(self, user_name: str, scope: str = "write") -> tuple[ApiToken, str]:
         """A new API token of `user_name`: (its record, the token). Only its SHA-256 is stored: show it once."""
         if scope not in TOKEN_SCOPES:
-            raise InputError(f"a token's scope is read or write, not {scope!r}")
+            raise InputError(f"a token's scope is one of {', '.join(TOKEN_SCOPES)}, not {scope!r}")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         now = self.clock()
         with self.transaction() as conn:

@@ -843,7 +843,7 @@ def stored_tickets(store) -> tuple[list[str], np.ndarray]:
     return ids, np.array([versions[tid] for tid in ids], np.float64)
 
 
-def unchanged_rows(index: TicketIndex, ids: Sequence[str], updated: np.ndarray) -> np.ndarray:
+def unchanged_rows(index: TicketIndex, ids: Sequence[str], updated: Sequence[float] | np.ndarray) -> np.ndarray:
     """For each ticket of `ids` (last updated at `updated`, the store's times), its row in `index` when the index
     holds it as it is now, else -1 (a ticket new since the build, or changed)."""
     rows = np.full(len(ids), -1, np.int64)
