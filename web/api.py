@@ -179,13 +179,10 @@ def put_ticket(ticket_id: str):
 def delete_ticket(ticket_id: str):
     """Remove the ticket `ticket_id` with the labelled pairs and feedback that name it; no answer shows it from now."""
     _check_ticket_id(ticket_id)
-    store = services().store()
-    if store.get_ticket(ticket_id) is None:
-        raise ApiError(404, f"there is no ticket {ticket_id!r}")
     try:
-        removed = store.remove_tickets([ticket_id])
-    except InputError as exc:  # removed by another request meanwhile
-        raise ApiError(404, str(exc)) from exc
+        removed = services().store().remove_tickets([ticket_id])
+    except InputError as exc:  # the store holds no such ticket: nothing was removed
+        raise ApiError(404, f"there is no ticket {ticket_id!r}") from exc
     return jsonify({"id": ticket_id, "removed": removed})
 
 

@@ -4,8 +4,9 @@
 The rules (`require`): with no account in the store the app is open, as before accounts existed. Once one exists,
 writes (feedback) need a signed-in user or a token of scope `write` (or `tickets`); reads (search, tickets, status,
 topics) need one as `TICKETREC_AUTH_READ` says (auto: whenever an account exists; required: always; open: never).
-Adding, replacing and removing tickets (PUT and DELETE /api/v1/tickets/ID) always needs a token of scope `tickets`. Pages send a
-signed-out engineer to the login page; the API answers 401 (no or a bad token) or 403 (a read-only token writing).
+Adding, replacing and removing tickets (PUT and DELETE /api/v1/tickets/ID) always needs a token of scope `tickets`.
+Pages send a signed-out engineer to the login page; the API answers 401 (no or a bad token) or 403 (a token whose
+scope does not allow it, or a session changing tickets).
 Accounts and tokens live in the store (`ticketrec user …`, `ticketrec token …`).
 """
 from __future__ import annotations
