@@ -235,6 +235,20 @@ def test_recent_queries_can_be_reused(engine_client):
     assert "no longer remembered" in page(engine_client.get("/?reuse=unknown", follow_redirects=True))
 
 
+def test_a_recent_query_remembers_its_filter(engine_client):
+    filtered = {**QUERY, "filter-area": "valve"}
+    answered = page(engine_client.post("/", data=filtered))
+    assert "Only tickets with area valve" in answered
+    key = query_key(QUERY["subject"], QUERY["description"])
+    assert re.search(rf'href="/\?reuse={key}">.*?<span class="recent-filter">only area valve</span>',
+                     page(engine_client.get("/")))
+    reused = page(engine_client.get(f"/?reuse={key}"))
+    assert re.search(r'<option value="valve" selected>', reused)
+    assert page(engine_client.post("/", data=filtered)).count('<option value="valve" selected>') == 1
+    engine_client.post("/", data=QUERY)  # the same text without the filter: remembered so from now
+    assert '<option value="valve" selected>' not in page(engine_client.get(f"/?reuse={key}"))
+
+
 def test_results_show_html_in_tickets_and_queries_as_text(engine_client):
     response = engine_client.post("/", data={"subject": "valve <img src=x onerror=alert(1)> leak",
                                              "description": "seal pressure <script>alert('q')</script>"})

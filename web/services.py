@@ -30,6 +30,14 @@ RECENT_OWNERS = 1000
 MAX_FILTER_MENUS = 6
 
 
+@dataclass(frozen=True)
+class RecentQuery:
+    """A query of "Recent queries", with the filter menus' choices it was asked with (field → value)."""
+
+    query: Query
+    chosen: dict[str, str]
+
+
 @dataclass
 class RecommendResult:
     """The answer to one query as the pages and the API show it."""
@@ -173,8 +181,9 @@ class TicketrecServices:
         return self.engine().model.metric_spec().get("channels", {}).get("T", 0) > 0
 
     # -- recent queries (this process; each owner's own, offered for reuse on the search page) ------------
-    def remember(self, query: Query, owner: str | None) -> str:
-        """Add `query` to `owner`'s recent queries (`auth.recent_owner()`; None: not remembered)."""
+    def remember(self, query: Query, owner: str | None, chosen: dict[str, str] | None = None) -> str:
+        """Add `query` to `owner`'s recent queries (`auth.recent_owner()`; None: not remembered), with the filter
+        menus' choices it was asked with (`chosen`: field → value), which reusing it chooses again."""
         key = query_key(query.subject, query.description)
         if owner is None:
             return key
@@ -182,19 +191,19 @@ class TicketrecServices:
             recent = self._recent.pop(owner, None) or OrderedDict()
             self._recent[owner] = recent  # the most recently active owner last
             recent.pop(key, None)
-            recent[key] = Query(query.subject, query.description)
+            recent[key] = RecentQuery(Query(query.subject, query.description), dict(chosen or {}))
             while len(recent) > RECENT_QUERIES:
                 recent.popitem(last=False)
             while len(self._recent) > RECENT_OWNERS:
                 self._recent.popitem(last=False)
         return key
 
-    def recent(self, owner: str | None) -> list[tuple[str, Query]]:
-        """`owner`'s recent queries, newest first, as (query_key, query)."""
+    def recent(self, owner: str | None) -> list[tuple[str, RecentQuery]]:
+        """`owner`'s recent queries, newest first, as (query_key, query and its filter choices)."""
         with self._recent_lock:
             return list(reversed(self._recent.get(owner, {}).items()))
 
-    def recent_query(self, key: str, owner: str | None) -> Query | None:
+    def recent_query(self, key: str, owner: str | None) -> RecentQuery | None:
         """One of `owner`'s recent queries, or None."""
         with self._recent_lock:
             return self._recent.get(owner, {}).get(key)

@@ -156,16 +156,17 @@ def _feedback_form(answer: RecommendResult | None) -> FeedbackForm | None:
 @bp.get("/")
 @auth.require("read")
 def search():
-    """The empty search form (or one filled from a recent query: `?reuse=<query_key>`)."""
+    """The empty search form (or one filled from a recent query, its filters chosen again: `?reuse=<query_key>`)."""
     form = SearchForm(formdata=None)
-    reuse = request.args.get("reuse")
+    reuse, chosen = request.args.get("reuse"), {}
     if reuse:
-        query = services().recent_query(reuse, auth.recent_owner())
-        if query is None:
+        recent = services().recent_query(reuse, auth.recent_owner())
+        if recent is None:
             flash("That recent query is no longer remembered; type it again.", "warning")
         else:
-            form.subject.data, form.description.data = query.subject, query.description
-    return _render_search(form)
+            form.subject.data, form.description.data = recent.query.subject, recent.query.description
+            chosen = recent.chosen
+    return _render_search(form, chosen=chosen)
 
 
 @bp.post("/")
@@ -187,7 +188,7 @@ def _answer(form: SearchForm, subject: str, description: str, chosen: dict[str, 
     except TicketrecError as exc:
         return _render_search(form, error=f"No recommendations can be served: {hide_paths(str(exc))}", status=503,
                               chosen=chosen)
-    services().remember(answer.query, auth.recent_owner())
+    services().remember(answer.query, auth.recent_owner(), chosen)
     return _render_search(form, answer=answer, chosen=chosen)
 
 
