@@ -36,7 +36,7 @@ def fts_hits(store: Store, word: str) -> list[str]:
 
 def test_import_and_read_back(store):
     counts = store.import_dataset(small_kb())
-    assert counts == {"tickets": 2, "queries": 1, "pairs": 2}
+    assert counts == {"tickets": 2, "queries": 1, "pairs": 2, "feedback": 0}
     assert store.stats() == {"tickets": 2, "queries": 1, "pairs": 2, "feedback": 0}
     assert store.get_ticket("T1") == small_kb().tickets[0]
     assert [t.id for t in store.get_tickets(["T2", "nope", "T1"])] == ["T2", "T1"]

@@ -1,4 +1,5 @@
-"""Knowledge base and BM25 search: `ticketrec import`, `remove`, `synth`, `stats`, `search`, `prefilter-index`."""
+"""Knowledge base and BM25 search: `ticketrec import`, `export`, `remove`, `synth`, `stats`, `search`,
+`prefilter-index`."""
 from __future__ import annotations
 
 import click
@@ -48,10 +49,32 @@ def import_(files, fmt: str, maps, mapping_file, html: str, prune: bool, yes: bo
     pruned = (f"; removed {_count(counts['removed'], 'ticket')} the files do not hold (with "
               f"{_count(counts['removed_pairs'], 'labelled pair')}, "
               f"{_count(counts['removed_feedback'], 'feedback judgement')})" if prune else "")
+    judgements = (f", {_count(counts['feedback'], 'feedback judgement')} (of {len(data.feedback):,}; the others "
+                  "were stored already)" if len(data.feedback) > counts["feedback"] else
+                  f", {_count(counts['feedback'], 'feedback judgement')}" if data.feedback else "")
     click.echo(f"imported {_count(counts['tickets'], 'ticket')}, {_count(counts['queries'], 'query', 'queries')}, "
-               f"{_count(counts['pairs'], 'labelled pair')}{pruned}; the knowledge base now holds "
+               f"{_count(counts['pairs'], 'labelled pair')}{judgements}{pruned}; the knowledge base now holds "
                f"{_count(total['tickets'], 'ticket')}, {_count(total['queries'], 'query', 'queries')}, "
                f"{_count(total['pairs'], 'pair')}")
+
+
+@main.command()
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--feedback/--no-feedback", default=True, show_default=True,
+              help="write the engineers' feedback too (who gave each judgement, when, on which model and index)")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def export(out: str, feedback: bool, quiet: bool) -> None:
+    """Write the knowledge base to OUT as JSONL: tickets with their metadata, queries, labelled pairs and feedback,
+    from one snapshot; `ticketrec import OUT --html no` reads it back as it was stored (a backup, or a move to
+    another machine). Accounts and API tokens are never written."""
+    from ..data.exporters import EXPORTED, export_jsonl
+
+    with open_store() as store:
+        counts = export_jsonl(store, out, feedback=feedback, progress=not quiet)
+    nouns = {"tickets": ("ticket", None), "queries": ("query", "queries"), "pairs": ("labelled pair", None),
+             "feedback": ("feedback judgement", None)}
+    click.echo(f"wrote {', '.join(_count(counts[kind], *nouns[kind]) for kind in EXPORTED)} to {out}; "
+               f"`ticketrec import {out} --html no` reads it back as it was stored")
 
 
 def _confirm(action: str, yes: bool) -> None:

@@ -28,7 +28,7 @@ from ..config import Settings, default
 from ..errors import InputError
 from .markup import HTML_MODES, holds_markup, html_to_text, read_html
 from .records import LABEL_SCORES, LabeledPair, Query, Ticket, check_id, check_text, parse_json
-from .store import Dataset
+from .store import Dataset, Feedback
 
 #: Formats `load` understands; "auto" picks one from the file extension.
 FORMATS = ("auto", "jsonl", "csv", "xlsx", "semeval")
@@ -106,6 +106,7 @@ class _Parsed:
     #: longest subject, longest description / solution (longer ones are cut)
     limits: tuple[int, int] = (default("max_subject_chars"), default("max_field_chars"))
     cut: dict[str, set[str]] = field(default_factory=lambda: {"ticket": set(), "query": set()})  # ids cut, by kind
+    feedback: list[tuple[Feedback, str]] = field(default_factory=list)  # (judgement, where), in file order
 
     def clip(self, kind: str, record_id: str, name: str, value: str) -> str:
         """`value` cut to the limit of field `name`; the record's id is remembered for the import's warning."""
@@ -306,6 +307,33 @@ def _query(parsed: _Parsed, where: str, record: dict, prefix: str = "") -> Query
     return query
 
 
+def _optional_text(parsed: _Parsed, where: str, record: dict, name: str) -> str:
+    value = record.get(name, "")
+    if not isinstance(value, str):
+        raise parsed.fail(where, f"field {name!r} must be a string, not {type(value).__name__}")
+    return check_text(value, f"field {name!r}")
+
+
+def _feedback(parsed: _Parsed, where: str, record: dict) -> Feedback:
+    """An engineer's judgement as `ticketrec export` writes it: the query's subject and description, the judged
+    ticket, YES/REL/NO, and (optional) who gave it, when (seconds since 1970) and the versions that served it."""
+    subject = _text(parsed, where, record, "subject")
+    description = _text(parsed, where, record, "description", required=False)
+    if not subject and not description:
+        raise parsed.fail(where, "the feedback's query has neither subject nor description", "fill in one of them")
+    label = record.get("label")
+    if not isinstance(label, str) or label.strip().upper() not in LABEL_SCORES:
+        raise parsed.fail(where, f"unknown feedback label {_shown(label)}", "use YES, REL or NO")
+    created = record.get("created_at", 0.0)
+    if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created) or created < 0:
+        raise parsed.fail(where, f"created_at {_shown(created)} is not a time", "give seconds since 1970, or leave "
+                                                                               "it out (the import's time)")
+    return Feedback(subject, description, _ident(parsed, where, record, "ticket_id"), label.strip().upper(),
+                    _optional_text(parsed, where, record, "model_version"),
+                    _optional_text(parsed, where, record, "index_version"), float(created),
+                    user_name=_optional_text(parsed, where, record, "user"))
+
+
 def _progress(path: Path, enabled: bool) -> tqdm:
     size = path.stat().st_size
     return tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {path.name}", disable=not enabled, leave=False)
@@ -399,6 +427,8 @@ def _read_jsonl(parsed: _Parsed, progress: bool, seen: set[str]) -> None:
                 parsed.add_ticket(_ticket(parsed, where, record, metadata), where)
             elif kind == "query":
                 parsed.add_query(_query(parsed, where, record), where)
+            elif kind == "feedback":
+                parsed.feedback.append((_feedback(parsed, where, record), where))
             elif kind == "pair":
                 qid = _ident(parsed, where, record, "query_id")
                 tid = _ident(parsed, where, record, "ticket_id")
@@ -409,7 +439,7 @@ def _read_jsonl(parsed: _Parsed, progress: bool, seen: set[str]) -> None:
                                 where, meta)
             else:
                 raise parsed.fail(where, f"unknown record type {_shown(kind)}",
-                                  'set "type" to "ticket", "query" or "pair"')
+                                  'set "type" to "ticket", "query", "pair" or "feedback"')
 
 
 # -- CSV ----------------------------------------------------------------------------------------------------------
@@ -859,9 +889,16 @@ def _merge(parts: Sequence[_Parsed], known_ticket_ids: Iterable[str], known_quer
         if key[1] not in tickets and key[1] not in known_t:
             raise part.fail(where, f"the pair names ticket {key[1]!r}, which is in none of the files given nor in "
                                    "the knowledge base", "import the ticket with it (same or another file)")
+    feedback = []
+    for part in parts:
+        for judgement, where in part.feedback:
+            if judgement.ticket_id not in tickets and judgement.ticket_id not in known_t:
+                raise part.fail(where, f"the feedback names ticket {judgement.ticket_id!r}, which is in none of the "
+                                       "files given nor in the knowledge base", "import the ticket with it")
+            feedback.append(judgement)
     source = ", ".join(str(p.path) for p in parts)
     return Dataset(list(tickets.values()), list(queries.values()), list(pairs.values()), source=source,
-                   pair_meta=pair_meta)
+                   pair_meta=pair_meta, feedback=feedback)
 
 
 def load(path: str | Path, fmt: str = "auto", *, progress: bool = False,
@@ -1070,14 +1107,25 @@ def load_links(path: str | Path, columns: Sequence[str] | None = None, *, known_
     return links
 
 
+def ticket_record(t: Ticket) -> dict:
+    """A ticket as a JSONL record."""
+    record = {"type": "ticket", "id": t.id, "subject": t.subject, "description": t.description, "solution": t.solution}
+    if t.metadata:
+        record["metadata"] = t.metadata
+    return record
+
+
+def feedback_record(fb: Feedback) -> dict:
+    """An engineer's judgement as a JSONL record (what `_feedback` reads)."""
+    return {"type": "feedback", "subject": fb.query_subject, "description": fb.query_description,
+            "ticket_id": fb.ticket_id, "label": fb.label, "user": fb.user_name, "created_at": fb.created_at,
+            "model_version": fb.model_version, "index_version": fb.index_version}
+
+
 def iter_records(dataset: Dataset) -> Iterator[dict]:
-    """The dataset as JSONL records (tickets, queries, pairs), the inverse of the JSONL importer."""
+    """The dataset as JSONL records (tickets, queries, pairs, feedback), the inverse of the JSONL importer."""
     for t in dataset.tickets:
-        record = {"type": "ticket", "id": t.id, "subject": t.subject, "description": t.description,
-                  "solution": t.solution}
-        if t.metadata:
-            record["metadata"] = t.metadata
-        yield record
+        yield ticket_record(t)
     for q in dataset.queries:
         yield {"type": "query", "id": q.id, "subject": q.subject, "description": q.description}
     meta = getattr(dataset, "pair_meta", {}) or {}
@@ -1086,3 +1134,5 @@ def iter_records(dataset: Dataset) -> Iterator[dict]:
         if (p.query_id, p.ticket_id) in meta:
             record["metadata"] = meta[(p.query_id, p.ticket_id)]
         yield record
+    for fb in dataset.feedback:
+        yield feedback_record(fb)

@@ -26,7 +26,8 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 @dataclass
 class Dataset:
-    """What one import brings: tickets, queries and their labelled pairs."""
+    """What one import brings: tickets, queries and their labelled pairs (and engineers' feedback, as `ticketrec
+    export` writes it)."""
 
     tickets: list[Ticket] = field(default_factory=list)
     queries: list[Query] = field(default_factory=list)
@@ -35,6 +36,7 @@ class Dataset:
     #: Optional facts about a pair, keyed (query_id, ticket_id), e.g. SemEval's {"ir_rank": 3} (the external
     #: search engine's order, which evaluation needs for the IR baseline). Not written to the database.
     pair_meta: dict[tuple[str, str], dict] = field(default_factory=dict)
+    feedback: list["Feedback"] = field(default_factory=list)
 
     def ticket_map(self) -> dict[str, Ticket]:
         return {t.id: t for t in self.tickets}
@@ -229,6 +231,16 @@ class Store:
         else:
             conn.execute("COMMIT")
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside see the store as it was at their first read, whatever other connections write meanwhile
+        (a deferred read transaction; WAL lets writers go on). For reads that must agree: an export."""
+        self.conn.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
     def _migrate(self) -> None:
         """Bring the database to SCHEMA_VERSION (missing migrations in one transaction); refuse a newer one."""
         try:
@@ -276,12 +288,14 @@ class Store:
                         f"{data.source or 'import'}: pair ({p.query_id}, {p.ticket_id}, {p.score}) names an unknown "
                         f"query or ticket, or its score is outside 1-5 ({exc}); nothing was imported"
                     ) from exc
+            written_feedback = sum(self._insert_feedback(conn, fb) for fb in data.feedback)
             if prune:
                 kept = {t.id for t in data.tickets}
                 stale = [r[0] for r in conn.execute("SELECT id FROM tickets ORDER BY pk") if r[0] not in kept]
                 removed = {f"removed_{k}" if k != "tickets" else "removed": v
                            for k, v in self._delete_tickets(conn, stale).items()}
-        return {"tickets": len(data.tickets), "queries": len(data.queries), "pairs": len(data.pairs), **removed}
+        return {"tickets": len(data.tickets), "queries": len(data.queries), "pairs": len(data.pairs),
+                "feedback": written_feedback, **removed}
 
     def put_ticket(self, ticket: Ticket, source: str = "") -> str:
         """Add `ticket`, or replace the stored ticket of its id, in one transaction: "created", "replaced", or
@@ -307,16 +321,31 @@ class Store:
         if self.get_ticket(fb.ticket_id) is None:
             raise InputError(f"no ticket with id {fb.ticket_id!r}")
         with self.transaction() as conn:
-            cur = conn.execute(
-                "INSERT INTO feedback (query_key, query_subject, query_description, ticket_id, label, score, "
-                "model_version, index_version, created_at, user_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    query_key(fb.query_subject, fb.query_description), fb.query_subject, fb.query_description,
-                    fb.ticket_id, fb.label, LABEL_SCORES[fb.label], fb.model_version, fb.index_version,
-                    fb.created_at or self.clock(), fb.user_name,
-                ),
-            )
-            return int(cur.lastrowid)
+            return int(self._feedback_row(conn, fb).lastrowid)
+
+    def _feedback_row(self, conn: sqlite3.Connection, fb: Feedback) -> sqlite3.Cursor:
+        from .records import LABEL_SCORES
+
+        return conn.execute(
+            "INSERT INTO feedback (query_key, query_subject, query_description, ticket_id, label, score, "
+            "model_version, index_version, created_at, user_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (query_key(fb.query_subject, fb.query_description), fb.query_subject, fb.query_description, fb.ticket_id,
+             fb.label, LABEL_SCORES[fb.label], fb.model_version, fb.index_version, fb.created_at or self.clock(),
+             fb.user_name),
+        )
+
+    def _insert_feedback(self, conn: sqlite3.Connection, fb: Feedback) -> int:
+        """Write an imported judgement inside the caller's transaction unless the store holds the same one (same
+        query text, ticket, label, time and user: an export imported twice adds nothing); 1 when written."""
+        same = conn.execute(
+            "SELECT 1 FROM feedback WHERE query_key = ? AND query_subject = ? AND query_description = ? "
+            "AND ticket_id = ? AND label = ? AND created_at = ? AND user_name = ?",
+            (query_key(fb.query_subject, fb.query_description), fb.query_subject, fb.query_description, fb.ticket_id,
+             fb.label, fb.created_at, fb.user_name)).fetchone()
+        if same is not None:
+            return 0
+        self._feedback_row(conn, fb)
+        return 1
 
     def remove_tickets(self, ids: Sequence[str]) -> dict[str, int]:
         """Delete these tickets with the labelled pairs and the feedback that name them, in one transaction; an id

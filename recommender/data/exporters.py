@@ -1,0 +1,46 @@
+"""Write the knowledge base out as ticketrec JSONL (`ticketrec export`): what `ticketrec import` reads back.
+
+Tickets with their metadata, queries, labelled pairs and the engineers' feedback (who, when, which model and index
+served it), read from one snapshot of the store, so a pair or judgement never names a ticket the file lacks; accounts
+and API tokens are never written. The file is written aside and renamed into place: a failure leaves no partial file.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ..errors import TicketrecError
+from ..files import atomic_file
+from .importers import feedback_record, iter_records, ticket_record
+from .store import Dataset, Store
+
+#: What an export counts, in the order it writes them.
+EXPORTED = ("tickets", "queries", "pairs", "feedback")
+
+
+def export_jsonl(store: Store, path: str | Path, *, feedback: bool = True, progress: bool = False) -> dict[str, int]:
+    """Write `store`'s knowledge base to `path` as JSONL (without its feedback when not `feedback`); how many
+    records of each kind (EXPORTED) were written."""
+    counts = dict.fromkeys(EXPORTED, 0)
+
+    def write(out, record: dict, kind: str) -> None:
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        counts[kind] += 1
+
+    try:
+        with store.snapshot(), atomic_file(path, "w") as out:
+            with tqdm(total=store.stats()["tickets"], unit="ticket", desc="exporting", disable=not progress,
+                      leave=False) as bar:
+                for ticket in store.iter_tickets():
+                    write(out, ticket_record(ticket), "tickets")
+                    bar.update()
+            for record in iter_records(Dataset(queries=store.queries(), pairs=store.pairs())):
+                write(out, record, "queries" if record["type"] == "query" else "pairs")
+            for judgement in store.feedback() if feedback else ():
+                write(out, feedback_record(judgement), "feedback")
+    except OSError as exc:
+        raise TicketrecError(f"cannot write {path}: {exc.strerror or exc}; choose another path (nothing was "
+                             "written)") from exc
+    return counts
