@@ -41,8 +41,9 @@ def import_(files, fmt: str, maps, mapping_file, html: str, prune: bool, yes: bo
                 _confirm(f"--prune removes {_count(len(stale), 'ticket')} that the files do not hold "
                          f"({_first(stale)}) from {store.path}", yes)
         if not quiet:
+            judged = f", {len(data.feedback)} feedback judgements" if data.feedback else ""
             click.echo(f"writing {len(data.tickets)} tickets, {len(data.queries)} queries, "
-                       f"{len(data.pairs)} pairs to {store.path} ...", err=True)
+                       f"{len(data.pairs)} pairs{judged} to {store.path} ...", err=True)
         counts = store.import_dataset(data, prune=prune)
         total = store.stats()
     warn_if_not_english(data.tickets)
@@ -73,7 +74,7 @@ def export(out: str, feedback: bool, quiet: bool) -> None:
         counts = export_jsonl(store, out, feedback=feedback, progress=not quiet)
     nouns = {"tickets": ("ticket", None), "queries": ("query", "queries"), "pairs": ("labelled pair", None),
              "feedback": ("feedback judgement", None)}
-    click.echo(f"wrote {', '.join(_count(counts[kind], *nouns[kind]) for kind in EXPORTED)} to {out}; "
+    click.echo(f"wrote {', '.join(_count(counts[kind], *nouns[kind]) for kind in EXPORTED.values())} to {out}; "
                f"`ticketrec import {out} --html no` reads it back as it was stored")
 
 

@@ -13,33 +13,32 @@ from tqdm import tqdm
 
 from ..errors import TicketrecError
 from ..files import atomic_file
-from .importers import feedback_record, iter_records, ticket_record
+from .importers import iter_records, ticket_record
 from .store import Dataset, Store
 
-#: What an export counts, in the order it writes them.
-EXPORTED = ("tickets", "queries", "pairs", "feedback")
+#: What an export counts, in the order it writes them, by record type.
+EXPORTED = {"ticket": "tickets", "query": "queries", "pair": "pairs", "feedback": "feedback"}
 
 
 def export_jsonl(store: Store, path: str | Path, *, feedback: bool = True, progress: bool = False) -> dict[str, int]:
     """Write `store`'s knowledge base to `path` as JSONL (without its feedback when not `feedback`); how many
-    records of each kind (EXPORTED) were written."""
-    counts = dict.fromkeys(EXPORTED, 0)
+    records of each kind (EXPORTED's values) were written."""
+    counts = dict.fromkeys(EXPORTED.values(), 0)
 
-    def write(out, record: dict, kind: str) -> None:
+    def write(out, record: dict) -> None:
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
-        counts[kind] += 1
+        counts[EXPORTED[record["type"]]] += 1
 
     try:
         with store.snapshot(), atomic_file(path, "w") as out:
             with tqdm(total=store.stats()["tickets"], unit="ticket", desc="exporting", disable=not progress,
                       leave=False) as bar:
-                for ticket in store.iter_tickets():
-                    write(out, ticket_record(ticket), "tickets")
+                for ticket in store.iter_tickets():  # streamed: a million tickets are never all in memory
+                    write(out, ticket_record(ticket))
                     bar.update()
-            for record in iter_records(Dataset(queries=store.queries(), pairs=store.pairs())):
-                write(out, record, "queries" if record["type"] == "query" else "pairs")
-            for judgement in store.feedback() if feedback else ():
-                write(out, feedback_record(judgement), "feedback")
+            rest = Dataset(queries=store.queries(), pairs=store.pairs(), feedback=store.feedback() if feedback else [])
+            for record in iter_records(rest):
+                write(out, record)
     except OSError as exc:
         raise TicketrecError(f"cannot write {path}: {exc.strerror or exc}; choose another path (nothing was "
                              "written)") from exc

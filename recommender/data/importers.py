@@ -307,13 +307,6 @@ def _query(parsed: _Parsed, where: str, record: dict, prefix: str = "") -> Query
     return query
 
 
-def _optional_text(parsed: _Parsed, where: str, record: dict, name: str) -> str:
-    value = record.get(name, "")
-    if not isinstance(value, str):
-        raise parsed.fail(where, f"field {name!r} must be a string, not {type(value).__name__}")
-    return check_text(value, f"field {name!r}")
-
-
 def _feedback(parsed: _Parsed, where: str, record: dict) -> Feedback:
     """An engineer's judgement as `ticketrec export` writes it: the query's subject and description, the judged
     ticket, YES/REL/NO, and (optional) who gave it, when (seconds since 1970) and the versions that served it."""
@@ -328,10 +321,10 @@ def _feedback(parsed: _Parsed, where: str, record: dict) -> Feedback:
     if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created) or created < 0:
         raise parsed.fail(where, f"created_at {_shown(created)} is not a time", "give seconds since 1970, or leave "
                                                                                "it out (the import's time)")
+    model_version, index_version, user = (_text(parsed, where, record, name, required=False)
+                                          for name in ("model_version", "index_version", "user"))
     return Feedback(subject, description, _ident(parsed, where, record, "ticket_id"), label.strip().upper(),
-                    _optional_text(parsed, where, record, "model_version"),
-                    _optional_text(parsed, where, record, "index_version"), float(created),
-                    user_name=_optional_text(parsed, where, record, "user"))
+                    model_version, index_version, float(created), user_name=user)
 
 
 def _progress(path: Path, enabled: bool) -> tqdm:
