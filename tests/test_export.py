@@ -82,6 +82,15 @@ def test_a_failed_export_leaves_no_file_and_the_old_one_whole(tmp_path, monkeypa
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".") or "kb.jsonl" in p.name] == ["kb.jsonl"]
 
 
+@pytest.mark.parametrize("end", ["", "-wal"])
+def test_an_export_never_replaces_the_database_it_reads(tmp_path, end):
+    store = filled_store(tmp_path / "a.sqlite3")
+    before = contents(store)
+    with pytest.raises(InputError, match="own database"):
+        export_jsonl(store, tmp_path / ("a.sqlite3" + end))
+    assert contents(Store(tmp_path / "a.sqlite3")) == before
+
+
 def test_the_export_is_one_snapshot_while_another_connection_writes(tmp_path):
     """Tickets written by another process during an export are either all in it or none: a pair or judgement never
     names a ticket the file lacks."""

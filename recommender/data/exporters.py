@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..errors import TicketrecError
+from ..errors import InputError, TicketrecError
 from ..files import atomic_file
 from .importers import iter_records, ticket_record
 from .store import Dataset, Store
@@ -23,6 +23,10 @@ EXPORTED = {"ticket": "tickets", "query": "queries", "pair": "pairs", "feedback"
 def export_jsonl(store: Store, path: str | Path, *, feedback: bool = True, progress: bool = False) -> dict[str, int]:
     """Write `store`'s knowledge base to `path` as JSONL (without its feedback when not `feedback`); how many
     records of each kind (EXPORTED's values) were written."""
+    database = store.path.resolve()
+    if Path(path).resolve() in {database, *(database.with_name(database.name + end) for end in ("-wal", "-shm"))}:
+        raise InputError(f"{path} is the knowledge base's own database, which the export would replace; choose "
+                         "another path (nothing was written)")
     counts = dict.fromkeys(EXPORTED.values(), 0)
 
     def write(out, record: dict) -> None:
