@@ -50,9 +50,9 @@ def import_(files, fmt: str, maps, mapping_file, html: str, prune: bool, yes: bo
     pruned = (f"; removed {_count(counts['removed'], 'ticket')} the files do not hold (with "
               f"{_count(counts['removed_pairs'], 'labelled pair')}, "
               f"{_count(counts['removed_feedback'], 'feedback judgement')})" if prune else "")
-    judgements = (f", {_count(counts['feedback'], 'feedback judgement')} (of {len(data.feedback):,}; the others "
-                  "were stored already)" if len(data.feedback) > counts["feedback"] else
-                  f", {_count(counts['feedback'], 'feedback judgement')}" if data.feedback else "")
+    judgements = f", {_count(counts['feedback'], 'feedback judgement')}" if data.feedback else ""
+    if counts["feedback"] < len(data.feedback):
+        judgements += f" (of {len(data.feedback):,}; the others were stored already)"
     click.echo(f"imported {_count(counts['tickets'], 'ticket')}, {_count(counts['queries'], 'query', 'queries')}, "
                f"{_count(counts['pairs'], 'labelled pair')}{judgements}{pruned}; the knowledge base now holds "
                f"{_count(total['tickets'], 'ticket')}, {_count(total['queries'], 'query', 'queries')}, "
