@@ -81,6 +81,42 @@ def test_a_table_masks_rows_and_names_what_there_is_when_a_filter_cannot_match()
     assert parse_filter(["n<=nan"]).matches({"n": "nan"}) and parse_filter(["n>=inf"]).matches({"n": "z"})
 
 
+def canonical(table: MetadataTable) -> dict:
+    return {field: {text: sorted(rows) for text, rows in values.items()} for field, values in table.fields.items()}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_table_with_rows_changed_is_the_table_of_the_changed_metadata(seed):
+    rng = np.random.default_rng(seed)
+    n = 40
+
+    def metadata(i: int) -> dict:
+        found = {"status": str(rng.choice(["NEW", "RESOLVED", "resolved", "VERIFIED"])), "created": f"2024-{i:03d}"}
+        if rng.random() < 0.4:
+            found["tags"] = [str(t) for t in rng.choice(["ui", "net", "mail", "ui"], size=int(rng.integers(1, 3)))]
+        if rng.random() < 0.2:
+            found = {}
+        return found
+
+    before = {i: metadata(i) for i in range(n)}
+    base = MetadataTable.of(n, before.items())
+    snapshot = canonical(base)
+    changes = {int(i): metadata(int(i) + 100) for i in rng.choice(n, size=int(rng.integers(1, 8)), replace=False)}
+    changes[int(rng.integers(n))] = {"owner": "new field", "status": "REOPENED"}
+    after = {**before, **changes}
+    changed = base.with_rows(changes.items())
+    expected = MetadataTable.of(n, after.items())
+    assert canonical(changed) == canonical(expected)
+    assert canonical(base) == snapshot  # the table it was made from is left as it was (another thread may read it)
+    # the same menus (a value stored in two cases shows as either)
+    def folded(choices: dict) -> dict:
+        return {field: {(text.lower(), count) for text, count in values} for field, values in choices.items()}
+
+    assert folded(changed.choices()) == folded(expected.choices())
+    for conditions in (["status=resolved"], ["status!=new", "tags=ui"], ["created>=2024-050"], ["owner=new field"]):
+        assert changed.mask(parse_filter(conditions)).tolist() == expected.mask(parse_filter(conditions)).tolist()
+
+
 # -- the engine ------------------------------------------------------------------------------------------------------
 @pytest.fixture
 def served(tmp_path, tiny_model, tiny_ticket_model):
@@ -167,6 +203,45 @@ def test_a_filter_reads_the_store_as_it_is_now(served, tiny_model, tiny_ticket_m
     assert [r.ticket.id for r in engine.recommend(query, k=3, where=where)] == passing_now[:3]
     # a filter that no ticket passes answers nothing (the CLI says so: below)
     assert list(engine.recommend(query, k=3, where=parse_filter(["cause>=zzz"]))) == []
+
+
+def test_after_a_change_the_engine_reads_only_the_tickets_changed_unless_one_was_removed(served, tiny_ticket_model,
+                                                                                       monkeypatch):
+    """What a ticket sent over the API costs the next filtered query: its own metadata read, not every ticket's; a
+    removal (or a removal and an addition, which leave the count as it was) reads them all again. Either way the
+    table is the one every ticket's metadata makes."""
+    settings, store = served
+    engine = Recommender(settings, store=store, model=tiny_ticket_model)
+    index = engine.index
+    reads = []
+    every = store.ticket_metadata
+    monkeypatch.setattr(store, "ticket_metadata", lambda since=None: reads.append(since) or every(since))
+
+    def table_now():
+        reads.clear()
+        table = engine.metadata_table(index)
+        whole = MetadataTable.of(len(index), ((index.row_of[t], m) for t, m in every() if t in index.row_of))
+        assert canonical(table) == canonical(whole)
+        return reads[:]
+
+    ids = store.ticket_ids()
+    assert table_now() == [None]
+    assert table_now() == []  # nothing changed: nothing read
+    first = store.get_ticket(ids[0])
+    newest = store.last_update()
+    store.put_ticket(Ticket(first.id, first.subject, first.description, first.solution,
+                            {**first.metadata, "cause": "seal_wear", "owner": "ops"}))
+    assert table_now() == [newest]  # only what changed since the last read
+    store.put_ticket(Ticket("NEW-1", "Seal leak", "", "", {"cause": "bearing_wear"}))  # not indexed: no row
+    assert table_now() not in ([], [None])
+    store.remove_tickets([ids[1]])
+    assert table_now() == [None]
+    store.remove_tickets([ids[2]])
+    store.put_ticket(Ticket("NEW-2", "Fan", "", "", {}))  # the count is as it was, a ticket is gone all the same
+    assert table_now()[-1] is None  # what changed read first, then every ticket when it does not add up
+    second = store.get_ticket(ids[3])
+    store.put_ticket(Ticket(second.id, second.subject, second.description, second.solution, {}))
+    assert table_now() not in ([], [None])
 
 
 def test_a_filter_on_what_the_tickets_do_not_hold_is_refused_with_what_they_hold(served, tiny_model,

@@ -165,15 +165,47 @@ class MetadataTable:
     def of(cls, n: int, rows: Iterable[tuple[int, Mapping[str, Any]]]) -> "MetadataTable":
         """From (position, metadata) pairs; positions outside [0, n) are an error."""
         table = cls(n)
+        table._add(rows)
+        return table
+
+    def _add(self, rows: Iterable[tuple[int, Mapping[str, Any]]], own: set[tuple[str, str]] | None = None) -> None:
+        """Append each row's values to the inverted lists. `own` None: every list is this table's; else only the
+        (field, text) lists it names are, and any other (shared with the table this one was made from) is copied
+        before its first append."""
         for position, metadata in rows:
-            if not 0 <= position < n:
-                raise IndexError(f"position {position} outside [0, {n})")
+            if not 0 <= position < self.n:
+                raise IndexError(f"position {position} outside [0, {self.n})")
             for key, value in (metadata or {}).items():
                 texts = _scalars(value)
                 if texts:
-                    values = table.fields.setdefault(fold(key), {})
+                    field = fold(key)
+                    values = self.fields.setdefault(field, {})
                     for text in dict.fromkeys(texts):
+                        if own is not None and (field, text) not in own:
+                            values[text] = list(values.get(text, ()))
+                            own.add((field, text))
                         values.setdefault(text, []).append(position)
+
+    def with_rows(self, rows: Iterable[tuple[int, Mapping[str, Any]]]) -> "MetadataTable":
+        """A new table: this one with the given positions' metadata replaced (this one is left as it is, and shares
+        every inverted list the change does not touch). Costs one pass over the lists, not a read of every ticket."""
+        rows = list(rows)
+        changed = {position for position, _ in rows}
+        table = MetadataTable(self.n)
+        own: set[tuple[str, str]] = set()
+        for field, values in self.fields.items():
+            kept = {}
+            for text, positions in values.items():
+                if changed.isdisjoint(positions):
+                    kept[text] = positions
+                else:
+                    left = [p for p in positions if p not in changed]
+                    if left:
+                        kept[text] = left
+                        own.add((field, text))
+            if kept:
+                table.fields[field] = kept
+        table._add(rows, own)
         return table
 
     def mask(self, where: TicketFilter) -> np.ndarray:

@@ -445,9 +445,13 @@ class Store:
         """Time of the newest ticket change (0 for an empty store)."""
         return float(self.conn.execute("SELECT COALESCE(MAX(updated_at), 0) FROM tickets").fetchone()[0])
 
-    def ticket_metadata(self) -> Iterator[tuple[str, dict]]:
-        """(id, metadata) of every ticket, without their texts (what filters read)."""
-        for tid, metadata in self.conn.execute("SELECT id, metadata FROM tickets"):
+    def ticket_metadata(self, since: float | None = None) -> Iterator[tuple[str, dict]]:
+        """(id, metadata) of every ticket (or of those added or changed after `since`), without their texts: what
+        filters read."""
+        sql, args = "SELECT id, metadata FROM tickets", ()
+        if since is not None:
+            sql, args = sql + " WHERE updated_at > ?", (since,)
+        for tid, metadata in self.conn.execute(sql, args):
             yield tid, json.loads(metadata)
 
     def change_mark(self) -> tuple[int, float]:

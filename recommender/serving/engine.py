@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 #: The circuit breaker's clock (its back-off is TICKETREC_BROKER_RETRY_AFTER; tests replace it).
 monotonic = time.monotonic
+#: Tickets added or changed since the metadata table was read that are patched into it rather than all read again
+#: (at least this many, or a twentieth of the index if more).
+METADATA_DELTA_MIN = 1000
 
 
 def query_words(query: Query) -> list[str]:
@@ -340,19 +343,45 @@ class Recommender:
         return rows, scores.astype(np.float32)
 
     def metadata_table(self, index) -> MetadataTable:
-        """The metadata of the tickets of `index`, by row, as the store holds it now (read again only when the store
-        changed: `Store.change_mark`); a row whose ticket was removed has none."""
+        """The metadata of the tickets of `index`, by row, as the store holds it now (`Store.change_mark` says when
+        it changed); a row whose ticket was removed has none. After tickets were added or changed, only those are
+        read (`_metadata_changes`); after a removal, or changes to many, every ticket's metadata is read again."""
         mark = self.store.change_mark()
         cached = self._metadata
         if cached is None or cached[0] != index.version or cached[1] != mark:
             with self._metadata_lock:
                 cached = self._metadata
                 if cached is None or cached[0] != index.version or cached[1] != mark:
-                    row_of = index.row_of
-                    table = MetadataTable.of(len(index), ((row_of[tid], metadata) for tid, metadata in
-                                                          self.store.ticket_metadata() if tid in row_of))
-                    self._metadata = cached = (index.version, mark, table)
+                    changed = None if cached is None or cached[0] != index.version else \
+                        self._metadata_changes(index, cached, mark)
+                    if changed is None:
+                        row_of, unindexed = index.row_of, set()
+                        rows = []
+                        for tid, metadata in self.store.ticket_metadata():
+                            if tid in row_of:
+                                rows.append((row_of[tid], metadata))
+                            else:  # new since the index was built: no row to filter, but known (see below)
+                                unindexed.add(tid)
+                        changed = (MetadataTable.of(len(index), rows), frozenset(unindexed))
+                    self._metadata = cached = (index.version, mark, *changed)
         return cached[2]
+
+    def _metadata_changes(self, index, cached: tuple, mark: tuple[int, float]) -> tuple | None:
+        """(table, unindexed ids) of `cached` brought to the store's `mark` by reading only the tickets added or
+        changed after its mark's newest change, or None when that cannot be exact: a ticket was removed (the count is
+        not the old one plus the new ids; a ticket added in the very clock tick of that change counts as one too), or
+        too many changed to be worth it. (A change that moves neither the count nor the newest time is not seen at
+        all, here as by `Store.change_mark`.)"""
+        _, (count, newest), table, unindexed = cached
+        if mark[0] < count:  # fewer tickets: one was removed at least
+            return None
+        changes = list(self.store.ticket_metadata(since=newest))
+        row_of = index.row_of
+        new = {tid for tid, _ in changes if tid not in row_of and tid not in unindexed}
+        if mark[0] != count + len(new) or len(changes) > max(METADATA_DELTA_MIN, len(index) // 20):
+            return None
+        return (table.with_rows((row_of[tid], metadata) for tid, metadata in changes if tid in row_of),
+                unindexed | new)
 
     def filtered_candidates(self, query: Query, index, where: TicketFilter) -> tuple[np.ndarray, np.ndarray | None,
                                                                                          float | None]:
