@@ -344,8 +344,8 @@ class Recommender:
 
     def metadata_table(self, index) -> MetadataTable:
         """The metadata of the tickets of `index`, by row, as the store holds it now (`Store.change_mark` says when
-        it changed); a row whose ticket was removed has none. After tickets were added or changed, only those are
-        read (`_metadata_changes`); after a removal, or changes to many, every ticket's metadata is read again."""
+        it changed); a row whose ticket was removed has none. After tickets were added, changed or removed, only
+        the changed ones are read (`_metadata_changes`); after changes to many, every ticket's metadata is."""
         mark = self.store.change_mark()
         cached = self._metadata
         if cached is None or cached[0] != index.version or cached[1] != mark:
@@ -368,20 +368,22 @@ class Recommender:
 
     def _metadata_changes(self, index, cached: tuple, mark: tuple[int, float]) -> tuple | None:
         """(table, unindexed ids) of `cached` brought to the store's `mark` by reading only the tickets added or
-        changed after its mark's newest change, or None when that cannot be exact: a ticket was removed (the count is
-        not the old one plus the new ids; a ticket added in the very clock tick of that change counts as one too), or
-        too many changed to be worth it. (A change that moves neither the count nor the newest time is not seen at
-        all, here as by `Store.change_mark`.)"""
+        changed after its mark's newest change, or None when too many changed for that to be worth it. When the
+        count is not the old one plus the new ids, tickets were removed: the store's ids (not their metadata) say
+        which, and their rows are emptied. (A change that moves neither the count nor the newest time is not seen
+        at all, here as by `Store.change_mark`.)"""
         _, (count, newest), table, unindexed = cached
-        if mark[0] < count:  # fewer tickets: one was removed at least
-            return None
         changes = list(self.store.ticket_metadata(since=newest))
-        row_of = index.row_of
-        new = {tid for tid, _ in changes if tid not in row_of and tid not in unindexed}
-        if mark[0] != count + len(new) or len(changes) > max(METADATA_DELTA_MIN, len(index) // 20):
+        if len(changes) > max(METADATA_DELTA_MIN, len(index) // 20):
             return None
-        return (table.with_rows((row_of[tid], metadata) for tid, metadata in changes if tid in row_of),
-                unindexed | new)
+        row_of = index.row_of
+        rows = {row_of[tid]: metadata for tid, metadata in changes if tid in row_of}
+        new = {tid for tid, _ in changes if tid not in row_of and tid not in unindexed}
+        if mark[0] != count + len(new):
+            present = set(self.store.ticket_ids())
+            rows.update((row, {}) for tid, row in row_of.items() if tid not in present)
+            unindexed = frozenset(tid for tid in unindexed if tid in present)
+        return table.with_rows(rows.items()), unindexed | new
 
     def filtered_candidates(self, query: Query, index, where: TicketFilter) -> tuple[np.ndarray, np.ndarray | None,
                                                                                          float | None]:
