@@ -16,7 +16,7 @@ from recommender.errors import InputError, TicketrecError
 from recommender.data.filters import parse_filter
 from recommender.data.importers import ticket_from_json
 from recommender.data.markup import holds_markup, html_to_text
-from recommender.data.records import MAX_ID_CHARS, Ticket
+from recommender.data.records import MAX_ID_CHARS
 from recommender.data.store import Feedback, query_key
 
 from . import auth
@@ -133,11 +133,6 @@ def _check_ticket_id(ticket_id: str) -> None:
         raise ApiError(400, f"a ticket id has at most {MAX_ID_CHARS} characters, not {len(ticket_id):,}")
 
 
-def _ticket_json(found: Ticket) -> dict[str, Any]:
-    return {"id": found.id, "subject": found.subject, "description": found.description, "solution": found.solution,
-            "metadata": found.metadata}
-
-
 @bp.get("/tickets/<path:ticket_id>")
 @auth.require("read")
 def ticket(ticket_id: str):
@@ -146,7 +141,7 @@ def ticket(ticket_id: str):
     found = services().store().get_ticket(ticket_id)
     if found is None:
         raise ApiError(404, f"there is no ticket {ticket_id!r}")
-    return jsonify(_ticket_json(found))
+    return jsonify(found.to_dict())
 
 
 @bp.put("/tickets/<path:ticket_id>")
@@ -168,7 +163,7 @@ def put_ticket(ticket_id: str):
     except InputError as exc:
         raise ApiError(400, str(exc)) from exc
     body = {"id": new.id, "result": result, "cut": cut, "indexed": services().indexed(new.id),
-            "ticket": _ticket_json(new)}
+            "ticket": new.to_dict()}
     if result != "created":
         return jsonify(body)
     return jsonify(body), 201, {"Location": url_for("api.ticket", ticket_id=new.id)}

@@ -64,10 +64,12 @@ html_option = click.option(
 def warn_if_not_english(tickets) -> None:
     """One warning when `tickets` (a sample of up to 2,000 is read) do not read as English: BM25's stop words and
     stems and the packaged sentence encoder are English (README, "Languages")."""
+    from itertools import islice
+
     from ..data.records import ticket_text
     from ..lexical.analyzer import ENGLISH_STOP_SHARE, stop_word_share
 
-    sample = list(tickets)[:2000]
+    sample = list(islice(tickets, 2000))  # not a copy of a million tickets to read two thousand
     share = stop_word_share(ticket_text(t) for t in sample)
     if len(sample) >= 20 and share < ENGLISH_STOP_SHARE:
         warn(f"these tickets do not read as English ({share:.0%} of their words are English stop words; English "

@@ -1102,9 +1102,9 @@ def load_links(path: str | Path, columns: Sequence[str] | None = None, *, known_
 
 def ticket_record(t: Ticket) -> dict:
     """A ticket as a JSONL record."""
-    record = {"type": "ticket", "id": t.id, "subject": t.subject, "description": t.description, "solution": t.solution}
-    if t.metadata:
-        record["metadata"] = t.metadata
+    record = {"type": "ticket", **t.to_dict()}
+    if not t.metadata:
+        del record["metadata"]
     return record
 
 

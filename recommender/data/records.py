@@ -104,6 +104,11 @@ class Ticket:
     solution: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: what the API answers for a ticket, alone or in a result."""
+        return {"id": self.id, "subject": self.subject, "description": self.description, "solution": self.solution,
+                "metadata": dict(self.metadata)}
+
 
 @dataclass
 class Query:
@@ -178,11 +183,5 @@ class Recommendation:
             "shared_terms": list(self.shared_terms),
             "topics": list(self.topics),
             "channel_shares": {c: round(float(v), 4) for c, v in self.channel_shares.items()},
-            "ticket": {
-                "id": self.ticket.id,
-                "subject": self.ticket.subject,
-                "description": self.ticket.description,
-                "solution": self.ticket.solution,
-                "metadata": dict(self.ticket.metadata),
-            },
+            "ticket": self.ticket.to_dict(),
         }
