@@ -3,6 +3,7 @@ with metadata, queries, labelled pairs and the engineers' feedback (who, when, w
 never half-written, never with accounts or tokens; feedback imported twice is stored once."""
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 
@@ -58,6 +59,23 @@ def test_an_export_imports_back_into_the_same_knowledge_base(tmp_path):
 
     again = target.import_dataset(load(tmp_path / "kb.jsonl", html="no"))  # the same export twice
     assert again["feedback"] == 0 and contents(target) == contents(source)
+
+
+def test_feedback_without_a_time_imported_twice_is_stored_once(tmp_path):
+    path = tmp_path / "hand.jsonl"
+    lines = [{"type": "ticket", "id": "T-1", "subject": "Pump"},
+             {"type": "feedback", "subject": "pump leak", "ticket_id": "T-1", "label": "YES", "user": "bob"},
+             {"type": "feedback", "subject": "pump leak", "ticket_id": "T-1", "label": "NO", "user": "bob"}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    ticks = itertools.count()
+    store = Store(tmp_path / "kb.sqlite3", clock=lambda: 1_700_000_000.0 + next(ticks))
+    assert store.import_dataset(load(path))["feedback"] == 2
+    first = [(f.label, f.created_at) for f in store.feedback()]
+    assert store.import_dataset(load(path))["feedback"] == 0  # a later import's time does not make it new
+    assert [(f.label, f.created_at) for f in store.feedback()] == first
+    lines[1]["user"] = "carol"  # another engineer's judgement is another judgement
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert store.import_dataset(load(path))["feedback"] == 1
 
 
 def test_without_feedback_the_export_holds_none(tmp_path):

@@ -336,12 +336,14 @@ class Store:
 
     def _insert_feedback(self, conn: sqlite3.Connection, fb: Feedback) -> int:
         """Write an imported judgement inside the caller's transaction unless the store holds the same one (same
-        query text, ticket, label, time and user: an export imported twice adds nothing); 1 when written."""
+        query text, ticket, label, time and user: an export imported twice adds nothing; a judgement without a time
+        matches the same one at any time, so a hand-written file imported twice adds nothing either); 1 when
+        written."""
         same = conn.execute(
             "SELECT 1 FROM feedback WHERE query_key = ? AND query_subject = ? AND query_description = ? "
-            "AND ticket_id = ? AND label = ? AND created_at = ? AND user_name = ?",
+            "AND ticket_id = ? AND label = ? AND (? OR created_at = ?) AND user_name = ?",
             (query_key(fb.query_subject, fb.query_description), fb.query_subject, fb.query_description, fb.ticket_id,
-             fb.label, fb.created_at, fb.user_name)).fetchone()
+             fb.label, not fb.created_at, fb.created_at, fb.user_name)).fetchone()
         if same is not None:
             return 0
         self._feedback_row(conn, fb)
