@@ -6,6 +6,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from recommender.cli import main
+from recommender.cli.common import when
 from recommender.data.records import Ticket
 from recommender.data.store import Dataset
 from recommender.serving.index import current_version, list_versions
@@ -72,19 +73,26 @@ def test_status_says_what_a_reindex_would_bring_in(kb_home, tiny_ticket_model, a
     reindex(settings, store, tiny_ticket_model)
     env = {"TICKETREC_HOME": str(settings.home), "TICKETREC_MODEL": str(settings.model), "TICKETREC_BROKER_URL": ""}
 
-    def status() -> tuple[str, dict]:
+    def status(part: str = "pending") -> tuple[str, dict]:
         text = CliRunner().invoke(main, ["status"], env=env)
         assert text.exit_code == 0, text.output
-        return text.output, json.loads(CliRunner().invoke(main, ["status", "--json"], env=env).stdout)["pending"]
+        return text.output, json.loads(CliRunner().invoke(main, ["status", "--json"], env=env).stdout)[part]
 
     n = store.stats()["tickets"]
     output, pending = status()
     assert pending == {"store_tickets": n, "new": 0, "changed": 0, "removed": 0, "other_model": None}
     assert f"tickets   {n:,}, as in the store" in output and "TICKETREC_MODEL holds another" not in output
+    # the served model: when it was trained, on how many tickets, and the store's changes since (this store was
+    # filled after the model was trained, so every ticket counts)
+    trained = tiny_ticket_model.meta["training"]["trained_at"]
+    assert status("model_trained")[1] == {"trained_at": trained, "tickets": n, "changed_since": n}
+    assert f"trained   {when(trained)} on {n:,} tickets; {n:,} tickets added to the store or changed there since" \
+        in output
     first = store.get_ticket(store.ticket_ids()[0])
     store.import_dataset(Dataset([Ticket("RX-1", "Hydraulic accumulator", "Loses precharge overnight.", "Recharge."),
                                   Ticket(first.id, first.subject + " (again)", first.description, first.solution)],
                                  source="new"))
+    assert status("model_trained")[1]["changed_since"] == n + 1  # one new ticket, one changed
     another_model.save(tmp_path / "another")
     env["TICKETREC_MODEL"] = str(tmp_path / "another")
     output, pending = status()

@@ -280,7 +280,9 @@ def test_status_page_with_a_model(engine_client, web_engine):
     assert engine.model.version in html and engine.index.version in html
     assert engine.model.config["data_fingerprint"] in html
     assert re.search(r"<dt>Tickets</dt><dd>24</dd>", html)
-    assert re.search(r"<dt>Trained</dt><dd>20\d\d-\d\d-\d\d \d\d:\d\d UTC</dd>", html)  # when training saved it
+    # when training saved it, and on the knowledge base's 24 tickets, all stored before it
+    assert re.search(r"<dt>Trained</dt><dd>20\d\d-\d\d-\d\d \d\d:\d\d UTC, on 24 tickets</dd>", html)
+    assert "<dt>Since then</dt><dd>no ticket added to the knowledge base or changed there</dd>" in html
 
 
 def test_status_page_says_whose_evaluation_it_shows(engine_app, web_engine, tmp_path):
@@ -327,6 +329,7 @@ def test_status_page_says_what_the_next_reindex_brings_in(engine_app, another_mo
     html = page(app.test_client().get("/status"))
     assert re.search(r"<dt>Not yet indexed</dt><dd>1 new, 0 changed tickets in the knowledge base: the next reindex",
                      html)
+    assert "<dt>Since then</dt><dd>1 ticket added to the knowledge base or changed there: a reindex serves" in html
     assert "<dt>Removed</dt>" not in html
     with Store(app.config["TICKETREC_SETTINGS"].db) as store:
         store.remove_tickets(["WEB-1", "WEB-2"])

@@ -261,16 +261,22 @@ class TicketrecServices:
         return bool(unchanged_rows(index, [ticket_id], [updated])[0] >= 0)
 
     def model_info(self) -> dict[str, Any] | None:
-        """Version and training-data fingerprint of the served model, or None when none can be loaded."""
+        """Version and training-data fingerprint of the served model, when it was trained, on how many tickets, and
+        how many of the store's tickets were added or changed since (None where unknown); None when no model can be
+        loaded."""
         engine, _ = self.engine_or_error()
         if engine is None:
             return None
         model = engine.model
         config = dict(model.config or {})
+        facts = model.training_facts(config)
+        since = facts["trained_at"]
         return {
             "version": str(model.version),
             "data_fingerprint": config.get("data_fingerprint"),
-            "created": (config.get("training") or {}).get("trained_at"),
+            "created": since,
+            "trained_on": facts["tickets"],
+            "changed_since": self.store().tickets_changed_since(since) if since is not None else None,
         }
 
     def broker_state(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from .common import echo_json, main, open_store, warn
+from .common import echo_json, main, open_store, warn, when
 
 
 def _read_password(from_stdin: bool) -> str:
@@ -22,15 +22,6 @@ def _read_password(from_stdin: bool) -> str:
         raise InputError("no terminal to ask for the password on; pass it on standard input with --password-stdin, "
                          "e.g. printf '%s\\n' \"$PASSWORD\" | ticketrec user add NAME --password-stdin")
     return click.prompt("Password", hide_input=True, confirmation_prompt="Repeat the password")
-
-
-def _when(seconds: float | None) -> str:
-    """Seconds since the epoch as UTC time, '-' for none."""
-    from datetime import datetime, timezone
-
-    if seconds is None:
-        return "-"
-    return datetime.fromtimestamp(float(seconds), tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 @main.group()
@@ -85,7 +76,7 @@ def user_list(as_json: bool) -> None:
     if not users:
         click.echo("no users: the web app is open to anyone who reaches it (`ticketrec user add NAME` creates one)")
     for u in users:
-        click.echo(f"{u.name:<24} created {_when(u.created_at)}  {u.tokens} API token(s)")
+        click.echo(f"{u.name:<24} created {when(u.created_at)}  {u.tokens} API token(s)")
 
 
 @user.command("remove")
@@ -135,8 +126,8 @@ def token_list(as_json: bool) -> None:
     if not tokens:
         click.echo("no API tokens (`ticketrec token create USER` makes one)")
     for t in tokens:
-        state = f"revoked {_when(t.revoked_at)}" if t.revoked_at is not None else "live"
-        click.echo(f"{t.id:>4}  {t.user_name:<24} {t.scope:<7}  created {_when(t.created_at)}  {state}")
+        state = f"revoked {when(t.revoked_at)}" if t.revoked_at is not None else "live"
+        click.echo(f"{t.id:>4}  {t.user_name:<24} {t.scope:<7}  created {when(t.created_at)}  {state}")
 
 
 @token.command("revoke")

@@ -93,3 +93,12 @@ def one_line(text: str, width: int) -> str:
     """`text` folded to one line, cut to `width` characters with an ellipsis."""
     flat = " ".join((text or "").split())
     return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
+
+
+def when(seconds: float | None) -> str:
+    """Seconds since the epoch as UTC time, '-' for none."""
+    from datetime import datetime, timezone
+
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(float(seconds), tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -7,7 +7,7 @@ import click
 
 from ..config import PIN_ALL
 from ..errors import TicketrecError
-from .common import echo_json, main, one_line, open_store, settings
+from .common import echo_json, main, one_line, open_store, settings, when
 
 
 def _build_index_here(model_dir, full: bool, float16: bool | None, workers: int | None = None) -> dict:
@@ -67,21 +67,27 @@ def _gib(n: int | None) -> str:
 def status(as_json: bool) -> None:
     """The serving index version: its model and tickets (and what the next reindex would change), storage, and how
     much of its vectors and postings is in memory now."""
+    from ..model.bundle import TicketModel
     from ..serving.index import current_version, open_current
     from ..serving.reindex import pending_changes
 
     cfg = settings()
     index = open_current(cfg)  # the version a server would serve (an older good one when CURRENT fails its checks)
+    saved = TicketModel.saved_config(cfg.model)  # the served model's record, when TICKETREC_MODEL holds that model
+    trained = {**(TicketModel.training_facts(saved) if saved and saved.get("version") == index.model_version
+                  else {"trained_at": None, "tickets": None}), "changed_since": None}
     store = open_store()
     try:
         memory = index.memory()
         pending = pending_changes(cfg, store, index)
+        if trained["trained_at"] is not None:
+            trained["changed_since"] = store.tickets_changed_since(trained["trained_at"])
     finally:
         index.close()
         store.close()
     info = {"version": index.version, "current": current_version(cfg), "tickets": len(index),
             "dtype": index.manifest.get("dtype", "float32"), "model_version": index.model_version,
-            "pending": pending,
+            "model_trained": trained, "pending": pending,
             "memory": {key: memory[key]
                        for key in ("bytes", "resident_bytes", "vectors_bytes", "vectors_resident_bytes")},
             "pin": "all" if cfg.index_pin >= PIN_ALL else cfg.index_pin}
@@ -98,6 +104,13 @@ def status(as_json: bool) -> None:
         f" (TICKETREC_MODEL holds another, {pending['other_model'][:12]}: the next `ticketrec index` or reindex "
         "serves it)"
         if pending["other_model"] else ""))
+    changed = trained["changed_since"]
+    if trained["tickets"] is not None or trained["trained_at"] is not None:
+        on = f" on {trained['tickets']:,} tickets" if trained["tickets"] is not None else ""
+        click.echo(f"trained   {when(trained['trained_at'])}{on}" + (
+            "" if changed is None else
+            f"; {changed:,} tickets added to the store or changed there since (when to retrain: README, \"Keeping "
+            "the knowledge base current\")" if changed else "; no ticket added to the store or changed there since"))
     moved = [f"{pending[key]:,} {key}" for key in ("new", "changed", "removed") if pending[key]]
     click.echo(f"tickets   {len(index):,}" + (
         f"; the store has {', '.join(moved)} since this version: `ticketrec reindex` (or the nightly reindex) "

@@ -447,6 +447,10 @@ class Store:
         """Time of the newest ticket change (0 for an empty store)."""
         return float(self.conn.execute("SELECT COALESCE(MAX(updated_at), 0) FROM tickets").fetchone()[0])
 
+    def tickets_changed_since(self, since: float) -> int:
+        """How many of the stored tickets were added or changed after `since` (seconds since 1970)."""
+        return int(self.conn.execute("SELECT COUNT(*) FROM tickets WHERE updated_at > ?", (since,)).fetchone()[0])
+
     def ticket_metadata(self, since: float | None = None) -> Iterator[tuple[str, dict]]:
         """(id, metadata) of every ticket (or of those added or changed after `since`), without their texts: what
         filters read."""

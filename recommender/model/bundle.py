@@ -433,12 +433,29 @@ class TicketModel:
     @staticmethod
     def saved_version(path: str | Path) -> str | None:
         """The version a model directory's config.json records (nothing else is read); None when there is none."""
+        config = TicketModel.saved_config(path)
+        version = config.get("version") if config is not None else None
+        return version if isinstance(version, str) else None
+
+    @staticmethod
+    def saved_config(path: str | Path) -> dict | None:
+        """A model directory's config.json, read without loading the model; None when it cannot be read."""
         try:
             config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        version = config.get("version") if isinstance(config, dict) else None
-        return version if isinstance(version, str) else None
+        return config if isinstance(config, dict) else None
+
+    @staticmethod
+    def training_facts(config: dict) -> dict:
+        """When the model of `config` was trained and on how many knowledge-base tickets: {"trained_at": seconds
+        since 1970, "tickets": n}, each None where the config does not say (a model saved before they were
+        recorded)."""
+        training = config.get("training") if isinstance(config.get("training"), dict) else {}
+        tickets = training.get("tickets", (training.get("mining") or {}).get("tickets"))
+        trained_at = training.get("trained_at")
+        return {"trained_at": float(trained_at) if isinstance(trained_at, (int, float)) else None,
+                "tickets": int(tickets) if isinstance(tickets, int) else None}
 
     @classmethod
     def load(cls, path: str | Path) -> "TicketModel":
