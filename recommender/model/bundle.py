@@ -450,7 +450,7 @@ class TicketModel:
     def training_facts(config: dict) -> dict:
         """When the model of `config` was trained and on how many knowledge-base tickets: {"trained_at": seconds
         since 1970, "tickets": n}, each None where the config does not say (a model saved before they were
-        recorded)."""
+        recorded). A model fine-tuned on feedback keeps its base's: tuning reads the judged tickets only."""
         training = config.get("training") if isinstance(config.get("training"), dict) else {}
         tickets = training.get("tickets", (training.get("mining") or {}).get("tickets"))
         trained_at = training.get("trained_at")
