@@ -9,14 +9,14 @@ export's Created column), one child process per model, then evaluates each on th
 - the tickets it was trained on and the date of the newest;
 - the share of word occurrences without a word vector (out-of-vocabulary), in the tickets it was trained on and in
   the newer ones it never saw;
-- the duplicates' MRR@10 / Acc@10 over all 92 queries, and over the queries whose ticket or partner is newer than
-  the model (the rest: both tickets were among those it trained on).
+- the duplicates' MRR@10 / Acc@10 over all 92 queries, then split at one date for every row, the newest ticket of
+  the smallest share: the queries whose ticket or partner is newer (unseen by that share's models), and the rest.
 
     .venv/bin/python benchmarks/model_age.py [--fractions 0.5,0.75,1] [--seeds 0] [--no-pretrained] [--jobs 2]
         [--workdir DIR]
 
-Models and reports stay in `--workdir` (default: a new temporary directory, kept); a model already there is evaluated,
-not trained again. About 13 minutes a model with S on 2 cores, 7 without.
+Models and reports stay in `--workdir` (default: a new temporary directory, kept); a model or report already there
+is read, not made again. About 13 minutes a model with S on 2 cores, 5 without.
 """
 from __future__ import annotations
 
@@ -57,37 +57,48 @@ def train_one(fraction: float, seed: int, pretrained: bool, out: Path) -> None:
     train_without_labels(tickets, label_free_config(pretrained=pretrained), out, seed=seed, progress=False)
 
 
-def figures(model: Path, report: Path, created: dict[str, str], tickets: list) -> dict:
-    """The aged model's figures: its training cut, out-of-vocabulary shares, and the duplicates' ranks split by age."""
+def by_age(ranks: list, queries: list, created: dict[str, str], split: str) -> dict:
+    """MRR@10 / Acc@10 (queries) of a system's duplicate `ranks` over every query, over those with a ticket created
+    after `split`, and over the others."""
+    newer = [created[a] > split or created[b] > split for a, b in queries]
+
+    def mrr_acc(selected: list[bool]) -> str:
+        chosen = [r for r, keep in zip(ranks, selected) if keep]
+        if not chosen:
+            return "–"
+        found = [r for r in chosen if r is not None and r <= 10]  # None: the partner beyond the candidates
+        return f"{sum(1 / r for r in found) / len(chosen):.3f} / {len(found) / len(chosen):.3f} ({len(chosen)})"
+
+    return {"duplicates MRR@10 / Acc@10 (queries)": mrr_acc([True] * len(ranks)),
+            f"a ticket after {split[:10]}": mrr_acc(newer), "both before": mrr_acc([not x for x in newer])}
+
+
+def figures(model: Path, report: Path, created: dict[str, str], tickets: list, split: str) -> dict:
+    """The aged model's figures: its training cut, out-of-vocabulary shares, and the duplicates split by age."""
     from recommender.model.bundle import TicketModel
     from recommender.model.unsupervised import oov_rate
 
     trained_on = TicketModel.load(model)
     n = trained_on.meta["training"]["mining"]["tickets"]
     ordered = oldest(tickets, created, 1.0)
-    newest = created[ordered[n - 1].id]
     result = json.loads((report / "results.json").read_text())
-    ranks = result["rows"][0]["ranks"]  # the model's row; None: the partner beyond the candidates
-    newer = [created[a] > newest or created[b] > newest for a, b in result["queries"]]
-
-    def mrr_acc(selected: list[bool]) -> str:
-        chosen = [r for r, keep in zip(ranks, selected) if keep]
-        if not chosen:
-            return "–"
-        found = [r for r in chosen if r is not None and r <= 10]
-        return f"{sum(1 / r for r in found) / len(chosen):.3f} / {len(found) / len(chosen):.3f} ({len(chosen)})"
-
     unseen = oov_rate(trained_on, ordered[n:])["rate"] if n < len(ordered) else None
-    return {"trained on": f"{n:,}", "newest trained on": newest[:10],
+    return {"trained on": f"{n:,}", "newest trained on": created[ordered[n - 1].id][:10],
             "OOV: trained on / newer": f"{oov_rate(trained_on, ordered[:n])['rate']:.1%} / "
                                        + (f"{unseen:.1%}" if unseen is not None else "–"),
-            "duplicates MRR@10 / Acc@10 (queries)": mrr_acc([True] * len(ranks)),
-            "a ticket newer than the model": mrr_acc(newer),
-            "both trained on": mrr_acc([not x for x in newer])}
+            **by_age(result["rows"][0]["ranks"], result["queries"], created, split)}
 
 
-def run_one(args, fraction: float, seed: int, workdir: Path) -> dict:
-    """Train (unless already there) and evaluate the model of `fraction` and `seed`; its row of the table."""
+def baselines(report: Path, created: dict[str, str], split: str) -> list[dict]:
+    """The rows of the systems no training touches (BM25, MiniLM, their fusion), from one of the reports."""
+    result = json.loads((report / "results.json").read_text())
+    return [{"trained on the oldest": row["system"], "seed": "", "trained on": "", "newest trained on": "",
+             "OOV: trained on / newer": "", **by_age(row["ranks"], result["queries"], created, split)}
+            for row in result["rows"][1:]]
+
+
+def run_one(args, fraction: float, seed: int, workdir: Path, split: str) -> dict:
+    """Train and evaluate (unless already there) the model of `fraction` and `seed`; its row of the table."""
     name = f"oldest-{fraction:g}-seed-{seed}"
     model, report = workdir / name, workdir / f"{name}-report"
     env = dict(os.environ, TICKETREC_HOME=str(workdir / "home"), TICKETREC_BROKER_URL="")
@@ -95,12 +106,13 @@ def run_one(args, fraction: float, seed: int, workdir: Path) -> dict:
         child = [sys.executable, str(Path(__file__).resolve()), "--train-one", f"{fraction:g},{seed}",
                  "--workdir", str(workdir)] + (["--no-pretrained"] if args.no_pretrained else [])
         run_logged(child, env, workdir / f"{name}-train.log")
-    command = [sys.executable, "-m", "recommender.cli", "evaluate", "--model", str(model), "--out", str(report),
-               "--kb", str(SEAMONKEY), "--duplicates", str(SEAMONKEY_LINKS)]
-    command += [a for field, column in SEAMONKEY_MAP.items() for a in ("--map", f"{field}={column}")]
-    run_logged(command, env, workdir / f"{name}-evaluate.log")
-    return {"fraction": f"{fraction:g}", "seed": seed,
-            **figures(model, report, created_dates(), seamonkey_tickets(SEAMONKEY))}
+    if not (report / "results.json").exists():
+        command = [sys.executable, "-m", "recommender.cli", "evaluate", "--model", str(model), "--out", str(report),
+                   "--kb", str(SEAMONKEY), "--duplicates", str(SEAMONKEY_LINKS)]
+        command += [a for field, column in SEAMONKEY_MAP.items() for a in ("--map", f"{field}={column}")]
+        run_logged(command, env, workdir / f"{name}-evaluate.log")
+    return {"trained on the oldest": f"{fraction:.0%}", "seed": seed,
+            **figures(model, report, created_dates(), seamonkey_tickets(SEAMONKEY), split)}
 
 
 def main() -> None:
@@ -128,13 +140,17 @@ def main() -> None:
         train_one(float(fraction), int(seed), not args.no_pretrained, workdir / f"oldest-{float(fraction):g}-seed-{seed}")
         return
     workdir.mkdir(parents=True, exist_ok=True)
+    created = created_dates()
+    split = created[oldest(seamonkey_tickets(SEAMONKEY), created, min(fractions))[-1].id]
     runs = [(f, s) for f in fractions for s in seeds]
     with ThreadPoolExecutor(max(1, args.jobs)) as pool, tqdm(total=len(runs), desc="models", unit="model") as bar:
-        futures = [pool.submit(run_one, args, f, s, workdir) for f, s in runs]
+        futures = [pool.submit(run_one, args, f, s, workdir, split) for f, s in runs]
         rows = []
         for future in futures:
             rows.append(future.result())
             bar.update()
+    first = f"oldest-{fractions[0]:g}-seed-{seeds[0]}-report"
+    rows += baselines(workdir / first, created, split)
     kind = "the paper's channels (--no-pretrained)" if args.no_pretrained else "the default (with S)"
     print(f"label-free {kind}, trained on SeaMonkey's oldest tickets, evaluated on the duplicates over all of them; "
           f"models in {workdir}\n")
