@@ -109,8 +109,8 @@ def status(as_json: bool) -> None:
         on = f" on {trained['tickets']:,} tickets" if trained["tickets"] is not None else ""
         click.echo(f"trained   {when(trained['trained_at'])}{on}" + (
             "" if changed is None else
-            f"; {changed:,} tickets added to the store or changed there since (when to retrain: README, \"Keeping "
-            "the knowledge base current\")" if changed else "; no ticket added to the store or changed there since"))
+            f"; {changed:,} tickets added or changed since (when to retrain: README, \"When to retrain\")" if changed
+            else "; no ticket added or changed since"))
     moved = [f"{pending[key]:,} {key}" for key in ("new", "changed", "removed") if pending[key]]
     click.echo(f"tickets   {len(index):,}" + (
         f"; the store has {', '.join(moved)} since this version: `ticketrec reindex` (or the nightly reindex) "
