@@ -29,6 +29,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from label_free_seeds import run_logged
@@ -60,14 +61,17 @@ def train_one(fraction: float, seed: int, pretrained: bool, out: Path) -> None:
 def by_age(ranks: list, queries: list, created: dict[str, str], split: str) -> dict:
     """MRR@10 / Acc@10 (queries) of a system's duplicate `ranks` over every query, over those with a ticket created
     after `split`, and over the others."""
+    from recommender.evaluation.duplicates import rank_metrics
+
+    per_query = rank_metrics(ranks, ks=(10,))  # the evaluation's own per-query MRR@10 and Acc@10
     newer = [created[a] > split or created[b] > split for a, b in queries]
 
     def mrr_acc(selected: list[bool]) -> str:
-        chosen = [r for r, keep in zip(ranks, selected) if keep]
-        if not chosen:
+        keep = np.array(selected, dtype=bool)
+        if not keep.any():
             return "–"
-        found = [r for r in chosen if r is not None and r <= 10]  # None: the partner beyond the candidates
-        return f"{sum(1 / r for r in found) / len(chosen):.3f} / {len(found) / len(chosen):.3f} ({len(chosen)})"
+        return (f"{per_query['MRR@10'][keep].mean():.3f} / {per_query['Acc@10'][keep].mean():.3f} "
+                f"({int(keep.sum())})")
 
     return {"duplicates MRR@10 / Acc@10 (queries)": mrr_acc([True] * len(ranks)),
             f"a ticket after {split[:10]}": mrr_acc(newer), "both before": mrr_acc([not x for x in newer])}
