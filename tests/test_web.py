@@ -285,6 +285,18 @@ def test_status_page_with_a_model(engine_client, web_engine):
     assert "<dt>Since then</dt><dd>no ticket added or changed</dd>" in html
 
 
+def test_status_page_of_a_model_that_does_not_record_when_it_was_trained(engine_client, web_engine, monkeypatch):
+    """A model saved before training recorded its time still says how many tickets it learnt, and no count since."""
+    _, engine = web_engine
+    training = {k: v for k, v in engine.model.meta["training"].items() if k != "trained_at"}
+    monkeypatch.setitem(engine.model.meta, "training", training)
+    html = page(engine_client.get("/status"))
+    assert "<dt>Trained</dt><dd>on 24 tickets (the model does not record when)</dd>" in html
+    assert "Since then" not in html
+    monkeypatch.setitem(engine.model.meta, "training", {})
+    assert "<dt>Trained</dt><dd>—</dd>" in page(engine_client.get("/status"))
+
+
 def test_status_page_says_whose_evaluation_it_shows(engine_app, web_engine, tmp_path):
     """A report of this home names the model it evaluated against the served one; a report found only in another
     root (the repository's docs/results) is said to be of another knowledge base."""
