@@ -141,7 +141,8 @@ def main() -> None:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="model-age-"))
     if args.train_one is not None:
         fraction, seed = args.train_one.split(",")
-        train_one(float(fraction), int(seed), not args.no_pretrained, workdir / f"oldest-{float(fraction):g}-seed-{seed}")
+        out = workdir / f"oldest-{float(fraction):g}-seed-{seed}"
+        train_one(float(fraction), int(seed), not args.no_pretrained, out)
         return
     workdir.mkdir(parents=True, exist_ok=True)
     created = created_dates()

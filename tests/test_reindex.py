@@ -86,7 +86,8 @@ def test_status_says_what_a_reindex_would_bring_in(kb_home, tiny_ticket_model, a
     # filled after the model was trained, so every ticket counts)
     trained = tiny_ticket_model.meta["training"]["trained_at"]
     assert status("model_trained")[1] == {"trained_at": trained, "tickets": n, "changed_since": n}
-    assert f"trained   {when(trained)} on {n:,} tickets; {n:,} tickets added or changed since (when to retrain" in output
+    assert f"trained   {when(trained)} on {n:,} tickets; {n:,} tickets added or changed since (when to retrain" \
+        in output
     first = store.get_ticket(store.ticket_ids()[0])
     store.import_dataset(Dataset([Ticket("RX-1", "Hydraulic accumulator", "Loses precharge overnight.", "Recharge."),
                                   Ticket(first.id, first.subject + " (again)", first.description, first.solution)],

@@ -267,16 +267,17 @@ class TicketrecServices:
         engine, _ = self.engine_or_error()
         if engine is None:
             return None
+        from recommender.serving.reindex import model_age
+
         model = engine.model
         config = dict(model.config or {})
-        facts = model.training_facts(config)
-        since = facts["trained_at"]
+        age = model_age(config, self.store())
         return {
             "version": str(model.version),
             "data_fingerprint": config.get("data_fingerprint"),
-            "created": since,
-            "trained_on": facts["tickets"],
-            "changed_since": self.store().tickets_changed_since(since) if since is not None else None,
+            "created": age["trained_at"],
+            "trained_on": age["tickets"],
+            "changed_since": age["changed_since"],
         }
 
     def broker_state(self) -> dict[str, Any]:

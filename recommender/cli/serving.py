@@ -69,19 +69,16 @@ def status(as_json: bool) -> None:
     much of its vectors and postings is in memory now."""
     from ..model.bundle import TicketModel
     from ..serving.index import current_version, open_current
-    from ..serving.reindex import pending_changes
+    from ..serving.reindex import model_age, pending_changes
 
     cfg = settings()
     index = open_current(cfg)  # the version a server would serve (an older good one when CURRENT fails its checks)
     saved = TicketModel.saved_config(cfg.model)  # the served model's record, when TICKETREC_MODEL holds that model
-    trained = {**(TicketModel.training_facts(saved) if saved and saved.get("version") == index.model_version
-                  else {"trained_at": None, "tickets": None}), "changed_since": None}
     store = open_store()
     try:
         memory = index.memory()
         pending = pending_changes(cfg, store, index)
-        if trained["trained_at"] is not None:
-            trained["changed_since"] = store.tickets_changed_since(trained["trained_at"])
+        trained = model_age(saved if saved and saved.get("version") == index.model_version else None, store)
     finally:
         index.close()
         store.close()

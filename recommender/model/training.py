@@ -420,7 +420,8 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
 
     model.net.eval()
     model.calibrator = Calibrator.fit(pair_scores(model, train_set), train_pairs.y)
-    report = {"tickets": len(kb_tickets), "train_pairs": len(train_pairs), "dev_pairs": len(dev_pairs) if dev_pairs else 0,
+    report = {"tickets": len(kb_tickets), "train_pairs": len(train_pairs),
+              "dev_pairs": len(dev_pairs) if dev_pairs else 0,
               "dev_source": "held-out training queries" if held_out else "dev file", "history": history,
               "weight_selection": selection, "initial_scale": scale, "static_fit": static_fit}
     if dev_set is not None:

@@ -51,6 +51,15 @@ def reindex(settings: Settings, store: Store | None = None, model: TicketModel |
             "seconds": round(time.time() - started, 2)}
 
 
+def model_age(config: dict | None, store: Store) -> dict:
+    """When the model of `config` was trained, on how many tickets, and how many of the store's tickets were added or
+    changed since: {"trained_at", "tickets", "changed_since"}, each None where unknown (all of them without a
+    config)."""
+    facts = TicketModel.training_facts(config) if config else {"trained_at": None, "tickets": None}
+    since = facts["trained_at"]
+    return {**facts, "changed_since": store.tickets_changed_since(since) if since is not None else None}
+
+
 def pending_changes(settings: Settings, store: Store, index: TicketIndex) -> dict:
     """What a reindex would change in `index`: the store's tickets new or changed since it was built, the tickets
     it holds that the store no longer does (removed), and the version of the model in TICKETREC_MODEL when that is
