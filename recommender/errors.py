@@ -17,5 +17,9 @@ class IndexStateError(TicketrecError):
     """An index version is missing, incomplete or does not match the model."""
 
 
+class IndexBusyError(IndexStateError):
+    """Another index build holds the home's build lock; the same build may be tried again when it has finished."""
+
+
 class ServiceUnavailable(TicketrecError):
     """A server we depend on (Elasticsearch, Redis/Celery) cannot be reached."""

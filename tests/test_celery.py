@@ -174,3 +174,50 @@ def test_reindex_runs_on_a_worker_and_the_engine_follows(home, worker):
     results = remote.recommend(Query("hydraulic accumulator", "accumulator loses nitrogen precharge"), k=3)
     assert results.info.mode == "celery" and results.info.index_version == info["version"]
     assert "CEL-1" in [r.ticket.id for r in results]
+
+
+@pytest.mark.integration
+def test_a_reindex_asked_over_the_api_is_queued_for_a_worker_and_followed_to_its_end(home, worker):
+    import fcntl
+
+    from recommender.serving.index import current_version
+    from web import create_app
+
+    _, settings = home
+    settings = settings.replace(broker_url=worker)
+    with Store(settings.db) as store:
+        store.add_user("integration", "integration password")
+        headers = {"Authorization": f"Bearer {store.create_token('integration', 'tickets')[1]}"}
+    api = create_app({"TESTING": True, "TICKETREC_SETTINGS": settings, "TICKETREC_REPORT_ROOTS": []}).test_client()
+    sent = {"subject": "Cooling fan rattles", "description": "The cooling fan rattles loudly at start-up.",
+            "solution": "Tightened the fan's mounting bolts."}
+    assert api.put("/api/v1/tickets/CEL-API-1", json=sent, headers=headers).status_code == 201
+    before = current_version(settings)
+
+    def follow(task_id: str) -> dict:
+        """GET the queued task until it has ended (a minute at most)."""
+        deadline = time.monotonic() + 60
+        while (state := api.get(f"/api/v1/reindex/{task_id}", headers=headers).get_json())["state"] in ("pending",
+                                                                                                           "running"):
+            assert time.monotonic() < deadline, state
+            time.sleep(0.2)
+        return state
+
+    queued = api.post("/api/v1/reindex", headers=headers)
+    assert queued.status_code == 202, queued.get_data(as_text=True)
+    task_id = queued.get_json()["task_id"]
+    assert queued.get_json() == {"task_id": task_id, "state": "pending"}
+    assert queued.headers["Location"].endswith(f"/api/v1/reindex/{task_id}")
+    state = follow(task_id)
+    assert state["state"] == "done", state
+    assert state["result"]["version"] == current_version(settings) != before and state["result"]["encoded"] == 1
+    assert "path" not in state["result"]
+    assert api.put("/api/v1/tickets/CEL-API-1", json=sent, headers=headers).get_json()["indexed"] is True
+
+    with open(settings.indexes_dir / ".build.lock", "a+") as lock:  # another build holds the lock: the task fails
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        state = follow(api.post("/api/v1/reindex", headers=headers).get_json()["task_id"])
+    assert state["state"] == "failed" and "another index build is running" in state["error"], state
+    # an id the result backend does not hold cannot be told from a queued one (Celery's PENDING)
+    unknown = api.get("/api/v1/reindex/0b7e7c1e-7d4f-4a8e-9c3a-2f1d5e6a7b8c", headers=headers).get_json()
+    assert unknown == {"task_id": "0b7e7c1e-7d4f-4a8e-9c3a-2f1d5e6a7b8c", "state": "pending"}

@@ -56,7 +56,8 @@ def test_the_served_document_is_valid_openapi(app):
     # schemathesis leaves out the endpoint the document was loaded from (GET /openapi.json)
     labels = {result.ok().label for result in schema.get_all_operations()}
     assert labels == {"POST /recommendations", "GET /tickets/{ticket_id}", "PUT /tickets/{ticket_id}",
-                      "DELETE /tickets/{ticket_id}", "POST /feedback", "GET /healthz"}
+                      "DELETE /tickets/{ticket_id}", "POST /reindex", "GET /reindex/{task_id}", "POST /feedback",
+                      "GET /healthz"}
 
 
 def test_the_validation_catches_a_broken_document(app):

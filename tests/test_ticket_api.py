@@ -252,3 +252,80 @@ def test_a_put_ticket_is_served_after_the_reindex_and_a_deleted_one_at_once(kb_h
     assert api.delete(f"/api/v1/tickets/{twin.id}", headers=headers).status_code == 200
     assert twin.id not in served_ids()  # at once, before any reindex
     assert "NEW-1" in served_ids()[:1]
+
+
+# -- POST /api/v1/reindex: the integration brings its changes into the index without waiting for the nightly one ----
+def test_a_put_ticket_is_served_after_a_reindex_asked_over_the_api(kb_home, tiny_ticket_model):
+    import fcntl
+
+    from recommender.serving.index import build_index, current_version
+    from web import create_app
+
+    settings, store = kb_home
+    settings = settings.replace(candidates=0)
+    build_index(store, tiny_ticket_model, settings, progress=False)
+    store.add_user("bot", PASSWORD)
+    headers = bearer(store.create_token("bot", "tickets")[1])
+    before = current_version(settings)
+    api = create_app({"TESTING": True, "TICKETREC_SETTINGS": settings, "TICKETREC_REPORT_ROOTS": []}).test_client()
+    twin = store.get_tickets([store.ticket_ids()[0]])[0]
+    query = {"subject": twin.subject, "description": twin.description, "k": 100}
+
+    def served_ids() -> list[str]:
+        response = api.post("/api/v1/recommendations", json=query, headers=headers)
+        assert response.status_code == 200, response.get_data(as_text=True)
+        return [r["ticket"]["id"] for r in response.get_json()["results"]]
+
+    sent = {"subject": twin.subject, "description": twin.description, "solution": "The new solution."}
+    assert api.put("/api/v1/tickets/NEW-1", json=sent, headers=headers).status_code == 201
+    assert "NEW-1" not in served_ids()
+
+    response = api.post("/api/v1/reindex", headers=headers)  # no broker: built in this process
+    assert response.status_code == 200, response.get_data(as_text=True)
+    body = response.get_json()
+    assert body["state"] == "done" and body["result"]["version"] == current_version(settings) != before
+    assert body["result"]["encoded"] == 1 and body["result"]["n_tickets"] == len(store.ticket_ids())
+    assert body["result"]["built"] is True
+    assert set(body["result"]) == {"version", "n_tickets", "encoded", "reused", "dtype", "model_version", "seconds",
+                                   "built"}
+    assert "NEW-1" in served_ids()[:2]  # the same text as the query's twin: among the best two
+    assert api.put("/api/v1/tickets/NEW-1", json=sent, headers=headers).get_json()["indexed"] is True
+
+    again = api.post("/api/v1/reindex", headers=headers).get_json()  # nothing changed: the version that serves
+    assert again["result"]["version"] == body["result"]["version"] and again["result"]["built"] is False
+
+    with open(settings.indexes_dir / ".build.lock", "a+") as lock:  # a nightly reindex holds the build lock
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert "another index build is running" in error_of(api.post("/api/v1/reindex", headers=headers), 409)
+    assert current_version(settings) == body["result"]["version"]
+
+    task = "0b7e7c1e-7d4f-4a8e-9c3a-2f1d5e6a7b8c"  # no broker: nothing is ever queued to follow
+    assert "builds in this process" in error_of(api.get(f"/api/v1/reindex/{task}", headers=headers), 404)
+    assert "is the UUID" in error_of(api.get("/api/v1/reindex/not-a-task", headers=headers), 404)
+
+
+def test_only_a_tickets_token_may_reindex(api, web_kb, tokens):
+    assert api.post("/api/v1/reindex").status_code == 401
+    for scope in ("read", "write"):
+        assert "may not change the knowledge base" in error_of(
+            api.post("/api/v1/reindex", headers=bearer(tokens[scope])), 403)
+    # with the right token: refused only because this home has no model to build an index with
+    assert api.post("/api/v1/reindex", headers=bearer(tokens["tickets"])).status_code == 503
+
+
+def test_a_reindex_with_the_broker_down_says_so_and_changes_nothing(kb_home, tiny_ticket_model):
+    from conftest import free_port
+    from recommender.serving.index import build_index, current_version
+    from web import create_app
+
+    settings, store = kb_home
+    build_index(store, tiny_ticket_model, settings, progress=False)
+    before = current_version(settings)
+    store.add_user("bot", PASSWORD)
+    headers = bearer(store.create_token("bot", "tickets")[1])
+    dead = settings.replace(broker_url=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    api = create_app({"TESTING": True, "TICKETREC_SETTINGS": dead, "TICKETREC_REPORT_ROOTS": []}).test_client()
+    assert "is Redis running?" in error_of(api.post("/api/v1/reindex", headers=headers), 503)
+    task = "0b7e7c1e-7d4f-4a8e-9c3a-2f1d5e6a7b8c"
+    assert "cannot read the reindex task's state" in error_of(api.get(f"/api/v1/reindex/{task}", headers=headers), 503)
+    assert current_version(settings) == before

@@ -1,18 +1,20 @@
-"""The JSON API under /api/v1: recommendations, tickets (read; add, replace, remove), feedback, health. JSON in, JSON
-out, JSON errors.
+"""The JSON API under /api/v1: recommendations, tickets (read; add, replace, remove), reindex, feedback, health.
+JSON in, JSON out, JSON errors.
 
-CSRF tokens are not used here: every write requires `Content-Type: application/json`, which a cross-site
-form cannot send without a CORS preflight this app never grants. Who may call what (`Authorization: Bearer` API
+CSRF tokens are not used here: every write with a body requires `Content-Type: application/json`, which a
+cross-site form cannot send without a CORS preflight this app never grants; the one without (POST /reindex) takes
+only an API token, which no browser sends by itself. Who may call what (`Authorization: Bearer` API
 tokens or the page's session; 401/403): web/auth.py.
 """
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request, url_for
 from werkzeug.exceptions import HTTPException
 
-from recommender.errors import InputError, TicketrecError
+from recommender.errors import IndexBusyError, InputError, TicketrecError
 from recommender.data.filters import parse_filter
 from recommender.data.importers import ticket_from_json
 from recommender.data.markup import holds_markup, html_to_text
@@ -179,6 +181,44 @@ def delete_ticket(ticket_id: str):
     except InputError as exc:  # the store holds no such ticket: nothing was removed
         raise ApiError(404, f"there is no ticket {ticket_id!r}") from exc
     return jsonify({"id": ticket_id, "removed": removed})
+
+
+@bp.post("/reindex")
+@auth.require("tickets")
+def reindex():
+    """Bring new and changed tickets into the served index (incremental, as `ticketrec reindex`): built in this
+    process when no broker is set (200, the new version), else queued for a worker (202, the task to poll)."""
+    try:
+        built, body = services().reindex()
+    except IndexBusyError as exc:
+        raise ApiError(409, "another index build is running; try again when it has finished") from exc
+    except TicketrecError as exc:  # no model to build with, an index that does not verify, the broker down
+        raise ApiError(503, str(exc)) from exc
+    if built:
+        return jsonify({"state": "done", "result": body})
+    location = url_for("api.reindex_task", task_id=body["task_id"])
+    return jsonify({"task_id": body["task_id"], "state": "pending"}), 202, {"Location": location}
+
+
+@bp.get("/reindex/<task_id>")
+@auth.require("tickets")
+def reindex_task(task_id: str):
+    """The state of a reindex that POST /reindex queued: pending, running, done (with the new version) or failed."""
+    try:
+        canonical = str(uuid.UUID(task_id)) == task_id.lower()
+    except ValueError:
+        canonical = False
+    if not canonical:
+        raise ApiError(404, f"there is no reindex task {task_id[:64]!r}: a task id is the UUID that POST "
+                            "/api/v1/reindex answered")
+    try:
+        body = services().reindex_task(task_id)
+    except TicketrecError as exc:
+        raise ApiError(503, str(exc)) from exc
+    if body is None:
+        raise ApiError(404, "no reindex is ever queued here: without TICKETREC_BROKER_URL, POST /api/v1/reindex "
+                            "builds in this process and answers when it is done")
+    return jsonify(body)
 
 
 @bp.post("/feedback")

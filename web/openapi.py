@@ -190,6 +190,35 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                             "properties": {n: {"type": "integer", "minimum": 0} for n in ("tickets", "pairs", "feedback")}},
             },
         },
+        "Reindexed": {
+            "type": "object", "additionalProperties": False,
+            "required": ["version", "n_tickets", "encoded", "reused", "dtype", "model_version", "seconds"],
+            "description": "The index version that serves after the reindex (the one before when nothing changed).",
+            "properties": {
+                "version": {"type": "string"}, "n_tickets": {"type": "integer", "minimum": 0},
+                "encoded": {"type": ["integer", "null"], "minimum": 0,
+                            "description": "Tickets the version encoded when it was built: new or changed ones."},
+                "reused": {"type": ["integer", "null"], "minimum": 0,
+                           "description": "Tickets copied from the version before, unchanged."},
+                "dtype": {"type": ["string", "null"]}, "model_version": nullable_string,
+                "seconds": {"type": "number", "minimum": 0},
+                "built": {"type": "boolean", "description": "Built in this process (no broker): whether a new "
+                                                            "version was built (false: nothing had changed)."},
+            },
+        },
+        "ReindexState": {
+            "type": "object", "additionalProperties": False, "required": ["state"],
+            "properties": {
+                "task_id": {"type": "string", "format": "uuid",
+                            "description": "The queued reindex (with a broker): GET /reindex/{task_id}."},
+                "state": {"type": "string", "enum": ["pending", "running", "done", "failed"],
+                          "description": "pending: queued, or an id the broker's result backend does not hold "
+                                         "(results are kept an hour); done: `result` holds the new version; failed: "
+                                         "`error` says why."},
+                "result": {"$ref": "#/components/schemas/Reindexed"},
+                "error": {"type": "string"},
+            },
+        },
         "Recommendation": {
             "type": "object", "additionalProperties": False,
             "required": ["rank", "score", "raw_score", "bm25", "shared_terms", "topics", "channel_shares", "ticket"],
@@ -292,12 +321,13 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
         "info": {
             "title": "ticketrec JSON API", "version": API_VERSION,
             "description": "Similar historical support tickets for a new one, feedback on them, the knowledge base's "
-                           "tickets, and service health. "
+                           "tickets and their reindex, and service health. "
                            "Every error is `{\"error\": {\"status\", \"message\"}}` with its HTTP status; "
-                           "writes require `Content-Type: application/json`. Once the store has an account, feedback "
-                           "needs an API token (`Authorization: Bearer …`) or a signed-in session, and so does "
+                           "writes with a body require `Content-Type: application/json`. Once the store has an "
+                           "account, feedback needs an API token (`Authorization: Bearer …`) or a signed-in session, and so does "
                            "reading unless TICKETREC_AUTH_READ=open; with no account everything is open but adding, "
-                           "replacing and removing tickets, which always needs an API token of scope tickets.",
+                           "replacing and removing tickets and reindexing, which always need an API token of scope "
+                           "tickets.",
         },
         "security": [{"bearer": []}, {"session": []}, {}],
         "servers": [{"url": "/api/v1"}],
@@ -345,6 +375,35 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                     },
                 },
             },
+            "/reindex": {"post": {
+                "operationId": "reindex", "security": [{"bearer": []}],
+                "summary": "Bring new and changed tickets into the served index (incremental, as `ticketrec "
+                           "reindex`): built in this process when no broker is set, else queued for a Celery worker.",
+                "responses": {
+                    "200": _ok("Built here: state done, with the version that serves now.", "ReindexState"),
+                    "202": {**_ok("Queued for a worker: state pending, with the task's id.", "ReindexState"),
+                            "headers": {"Location": {"description": "Where to follow it: /reindex/{task_id}.",
+                                                     "schema": {"type": "string"}}}},
+                    "401": _TICKETS_UNAUTHORIZED, "403": _TICKETS_FORBIDDEN,
+                    "409": _error("Another index build is running (a nightly reindex, `ticketrec index`); try "
+                                  "again when it has finished."),
+                    "500": _UNEXPECTED,
+                    "503": _error("Nothing to build with (no model), or the broker cannot be reached."),
+                },
+            }},
+            "/reindex/{task_id}": {"get": {
+                "operationId": "reindexState", "security": [{"bearer": []}],
+                "summary": "The state of a reindex queued by POST /reindex.",
+                "parameters": [{"name": "task_id", "in": "path", "required": True,
+                                "schema": {"type": "string", "format": "uuid"},
+                                "description": "The task's id, as POST /reindex answered it."}],
+                "responses": {
+                    "200": _ok("Its state; its result once done.", "ReindexState"),
+                    "401": _TICKETS_UNAUTHORIZED, "403": _TICKETS_FORBIDDEN,
+                    "404": _error("Not a task id, or no broker is set (then nothing is ever queued)."),
+                    "500": _UNEXPECTED, "503": _error("The broker's result backend cannot be read."),
+                },
+            }},
             "/feedback": {"post": {
                 "operationId": "addFeedback", "summary": "Store an engineer's judgement of one result of a query.",
                 "requestBody": _json_body("FeedbackRequest"),

@@ -260,6 +260,46 @@ class TicketrecServices:
 
         return bool(unchanged_rows(index, [ticket_id], [updated])[0] >= 0)
 
+    # -- reindex ------------------------------------------------------------------------------------------
+    def reindex(self) -> tuple[bool, dict[str, Any]]:
+        """Bring the store's new and changed tickets into the served index (an incremental reindex, as `ticketrec
+        reindex`): in this process when no broker is set, (True, the serving version's description with "built",
+        false when nothing had changed); else queued for a Celery worker, (False, {"task_id"}). Raises
+        IndexBusyError while another build runs, and ModelError, IndexStateError or ServiceUnavailable when it can
+        neither build nor queue."""
+        if not self.settings.broker_url:
+            from recommender.serving.index import current_version
+            from recommender.serving.reindex import reindex
+
+            before = current_version(self.settings)
+            result = _public_reindex(reindex(self.settings, self.store()))
+            return True, {**result, "built": result["version"] != before}
+        from recommender.serving.distributed import REINDEX, send_task
+
+        return False, {"task_id": send_task(self.settings, REINDEX, kwargs={"full": False}).id}
+
+    def reindex_task(self, task_id: str) -> dict[str, Any] | None:
+        """A queued reindex as the broker's result backend has it: {"task_id", "state"} with "result" (the new
+        version's description) once done or "error" once failed; None when no broker is set (nothing is queued).
+        States: pending (queued, or an id the backend does not hold: results are kept an hour), running, done,
+        failed. Raises ServiceUnavailable when the backend cannot be read."""
+        if not self.settings.broker_url:
+            return None
+        from recommender.errors import ServiceUnavailable
+        from recommender.serving.distributed import celery_client
+
+        try:
+            found = celery_client(self.settings.broker_url).AsyncResult(task_id)
+            state, value = found.state, found.result
+        except Exception as exc:
+            raise ServiceUnavailable(f"cannot read the reindex task's state from the broker: {exc}") from exc
+        body: dict[str, Any] = {"task_id": task_id, "state": _TASK_STATES.get(state, "running")}
+        if body["state"] == "done":
+            body["result"] = _public_reindex(value if isinstance(value, dict) else {})
+        elif body["state"] == "failed":
+            body["error"] = f"{type(value).__name__}: {value}" if isinstance(value, BaseException) else str(value)
+        return body
+
     def model_info(self) -> dict[str, Any] | None:
         """Version and training-data fingerprint of the served model, when it was trained, on how many tickets, and
         how many of the store's tickets were added or changed since (None where unknown); None when no model can be
@@ -361,3 +401,13 @@ def _default_engine_factory(settings: Settings) -> Any:
     except ImportError as exc:
         raise TicketrecError(f"the recommender engine is not installed ({exc}); reinstall ticketrec") from exc
     return Recommender(settings)
+
+
+#: Celery's task states as the API names them (RECEIVED, STARTED and RETRY: running).
+_TASK_STATES = {"PENDING": "pending", "SUCCESS": "done", "FAILURE": "failed", "REVOKED": "failed"}
+#: What the API tells of a reindex: its description without the server's paths.
+_REINDEX_FIELDS = ("version", "n_tickets", "encoded", "reused", "dtype", "model_version", "seconds")
+
+
+def _public_reindex(result: dict[str, Any]) -> dict[str, Any]:
+    return {name: result.get(name) for name in _REINDEX_FIELDS}

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from ..lexical.postings import Bm25Postings, ChunkTerms, PostingsBuilder, postings_files, ticket_terms
 from ..config import Settings
-from ..errors import IndexStateError, TicketrecError
+from ..errors import IndexBusyError, IndexStateError, TicketrecError
 from ..files import atomic_directory, atomic_write_text, disk_full, preallocate, seal_tree
 from .scoring import PackedVectors
 
@@ -691,7 +691,7 @@ def _build_lock(root: Path) -> Iterator[None]:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise IndexStateError(f"another index build is running in {root}; wait for it to finish") from None
+            raise IndexBusyError(f"another index build is running in {root}; wait for it to finish") from None
         try:
             yield
         finally:
