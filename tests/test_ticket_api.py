@@ -217,79 +217,78 @@ def test_a_version_2_database_keeps_its_tokens_and_their_ids_and_accepts_the_new
 
 
 # -- served: the engine sees a removal at once and a new ticket after the reindex -----------------------------------
-def test_a_put_ticket_is_served_after_the_reindex_and_a_deleted_one_at_once(kb_home, tiny_ticket_model):
-    from recommender.serving.index import build_index
-    from recommender.serving.reindex import reindex
-    from web import create_app
+class Served:
+    """A home whose tiny knowledge base is indexed and served by a real app (every ticket scored), a tickets token of
+    the user bot, and `twin`: a ticket whose text a new ticket may copy, so that a query of that text finds both."""
 
-    settings, store = kb_home
-    settings = settings.replace(candidates=0)
-    build_index(store, tiny_ticket_model, settings, progress=False)
-    store.add_user("bot", PASSWORD)
-    headers = bearer(store.create_token("bot", "tickets")[1])
-    app = create_app({"TESTING": True, "TICKETREC_SETTINGS": settings, "TICKETREC_REPORT_ROOTS": []})
-    api = app.test_client()
-    twin = store.get_tickets([store.ticket_ids()[0]])[0]
-    query = {"subject": twin.subject, "description": twin.description, "k": 100}
+    def __init__(self, settings, store, tiny_ticket_model):
+        from recommender.serving.index import build_index
+        from web import create_app
 
-    def served_ids() -> list[str]:
-        response = api.post("/api/v1/recommendations", json=query, headers=headers)
+        self.settings, self.store = settings.replace(candidates=0), store
+        build_index(store, tiny_ticket_model, self.settings, progress=False)
+        store.add_user("bot", PASSWORD)
+        self.headers = bearer(store.create_token("bot", "tickets")[1])
+        self.api = create_app({"TESTING": True, "TICKETREC_SETTINGS": self.settings,
+                               "TICKETREC_REPORT_ROOTS": []}).test_client()
+        self.twin = store.get_tickets([store.ticket_ids()[0]])[0]
+        self.copy = {"subject": self.twin.subject, "description": self.twin.description,
+                     "solution": "The new solution."}
+
+    def ids(self) -> list[str]:
+        """The ids the app serves, best first, for a query of the twin's text."""
+        query = {"subject": self.twin.subject, "description": self.twin.description, "k": 100}
+        response = self.api.post("/api/v1/recommendations", json=query, headers=self.headers)
         assert response.status_code == 200, response.get_data(as_text=True)
         return [r["ticket"]["id"] for r in response.get_json()["results"]]
 
-    assert twin.id in served_ids() and "NEW-1" not in served_ids()
-    sent = {"subject": twin.subject, "description": twin.description, "solution": "The new solution."}
+
+@pytest.fixture
+def served(kb_home, tiny_ticket_model) -> Served:
+    return Served(*kb_home, tiny_ticket_model)
+
+
+def test_a_put_ticket_is_served_after_the_reindex_and_a_deleted_one_at_once(served, tiny_ticket_model):
+    from recommender.serving.reindex import reindex
+
+    api, headers, sent = served.api, served.headers, served.copy
+    assert served.twin.id in served.ids() and "NEW-1" not in served.ids()
     put = api.put("/api/v1/tickets/NEW-1", json=sent, headers=headers)
     assert put.status_code == 201 and put.get_json()["indexed"] is False
-    assert "NEW-1" not in served_ids()  # not in the served index until the reindex
+    assert "NEW-1" not in served.ids()  # not in the served index until the reindex
 
-    reindex(settings, store, tiny_ticket_model)
+    reindex(served.settings, served.store, tiny_ticket_model)
     assert api.put("/api/v1/tickets/NEW-1", json=sent, headers=headers).get_json() == {
         "id": "NEW-1", "result": "unchanged", "cut": [], "indexed": True,
         "ticket": {"id": "NEW-1", **sent, "metadata": {}}}
-    assert "NEW-1" in served_ids()[:2]  # the same text as the query's twin: among the best two
+    assert "NEW-1" in served.ids()[:2]  # the same text as the query's twin: among the best two
 
-    assert api.delete(f"/api/v1/tickets/{twin.id}", headers=headers).status_code == 200
-    assert twin.id not in served_ids()  # at once, before any reindex
-    assert "NEW-1" in served_ids()[:1]
+    assert api.delete(f"/api/v1/tickets/{served.twin.id}", headers=headers).status_code == 200
+    assert served.twin.id not in served.ids()  # at once, before any reindex
+    assert "NEW-1" in served.ids()[:1]
 
 
 # -- POST /api/v1/reindex: the integration brings its changes into the index without waiting for the nightly one ----
-def test_a_put_ticket_is_served_after_a_reindex_asked_over_the_api(kb_home, tiny_ticket_model):
+def test_a_put_ticket_is_served_after_a_reindex_asked_over_the_api(served):
     import fcntl
 
-    from recommender.serving.index import build_index, current_version
-    from web import create_app
+    from recommender.serving.index import current_version
 
-    settings, store = kb_home
-    settings = settings.replace(candidates=0)
-    build_index(store, tiny_ticket_model, settings, progress=False)
-    store.add_user("bot", PASSWORD)
-    headers = bearer(store.create_token("bot", "tickets")[1])
+    api, headers, settings = served.api, served.headers, served.settings
     before = current_version(settings)
-    api = create_app({"TESTING": True, "TICKETREC_SETTINGS": settings, "TICKETREC_REPORT_ROOTS": []}).test_client()
-    twin = store.get_tickets([store.ticket_ids()[0]])[0]
-    query = {"subject": twin.subject, "description": twin.description, "k": 100}
-
-    def served_ids() -> list[str]:
-        response = api.post("/api/v1/recommendations", json=query, headers=headers)
-        assert response.status_code == 200, response.get_data(as_text=True)
-        return [r["ticket"]["id"] for r in response.get_json()["results"]]
-
-    sent = {"subject": twin.subject, "description": twin.description, "solution": "The new solution."}
-    assert api.put("/api/v1/tickets/NEW-1", json=sent, headers=headers).status_code == 201
-    assert "NEW-1" not in served_ids()
+    assert api.put("/api/v1/tickets/NEW-1", json=served.copy, headers=headers).status_code == 201
+    assert "NEW-1" not in served.ids()
 
     response = api.post("/api/v1/reindex", headers=headers)  # no broker: built in this process
     assert response.status_code == 200, response.get_data(as_text=True)
     body = response.get_json()
     assert body["state"] == "done" and body["result"]["version"] == current_version(settings) != before
-    assert body["result"]["encoded"] == 1 and body["result"]["n_tickets"] == len(store.ticket_ids())
+    assert body["result"]["encoded"] == 1 and body["result"]["n_tickets"] == len(served.store.ticket_ids())
     assert body["result"]["built"] is True
     assert set(body["result"]) == {"version", "n_tickets", "encoded", "reused", "dtype", "model_version", "seconds",
                                    "built"}
-    assert "NEW-1" in served_ids()[:2]  # the same text as the query's twin: among the best two
-    assert api.put("/api/v1/tickets/NEW-1", json=sent, headers=headers).get_json()["indexed"] is True
+    assert "NEW-1" in served.ids()[:2]  # the same text as the query's twin: among the best two
+    assert api.put("/api/v1/tickets/NEW-1", json=served.copy, headers=headers).get_json()["indexed"] is True
 
     again = api.post("/api/v1/reindex", headers=headers).get_json()  # nothing changed: the version that serves
     assert again["result"]["version"] == body["result"]["version"] and again["result"]["built"] is False
@@ -313,19 +312,16 @@ def test_only_a_tickets_token_may_reindex(api, web_kb, tokens):
     assert api.post("/api/v1/reindex", headers=bearer(tokens["tickets"])).status_code == 503
 
 
-def test_a_reindex_with_the_broker_down_says_so_and_changes_nothing(kb_home, tiny_ticket_model):
+def test_a_reindex_with_the_broker_down_says_so_and_changes_nothing(served):
     from conftest import free_port
-    from recommender.serving.index import build_index, current_version
+    from recommender.serving.index import current_version
     from web import create_app
 
-    settings, store = kb_home
-    build_index(store, tiny_ticket_model, settings, progress=False)
-    before = current_version(settings)
-    store.add_user("bot", PASSWORD)
-    headers = bearer(store.create_token("bot", "tickets")[1])
-    dead = settings.replace(broker_url=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    before = current_version(served.settings)
+    dead = served.settings.replace(broker_url=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     api = create_app({"TESTING": True, "TICKETREC_SETTINGS": dead, "TICKETREC_REPORT_ROOTS": []}).test_client()
-    assert "is Redis running?" in error_of(api.post("/api/v1/reindex", headers=headers), 503)
+    assert "is Redis running?" in error_of(api.post("/api/v1/reindex", headers=served.headers), 503)
     task = "0b7e7c1e-7d4f-4a8e-9c3a-2f1d5e6a7b8c"
-    assert "cannot read the reindex task's state" in error_of(api.get(f"/api/v1/reindex/{task}", headers=headers), 503)
-    assert current_version(settings) == before
+    assert "cannot read the reindex task's state" in error_of(api.get(f"/api/v1/reindex/{task}",
+                                                                      headers=served.headers), 503)
+    assert current_version(served.settings) == before

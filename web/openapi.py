@@ -324,10 +324,10 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                            "tickets and their reindex, and service health. "
                            "Every error is `{\"error\": {\"status\", \"message\"}}` with its HTTP status; "
                            "writes with a body require `Content-Type: application/json`. Once the store has an "
-                           "account, feedback needs an API token (`Authorization: Bearer …`) or a signed-in session, and so does "
-                           "reading unless TICKETREC_AUTH_READ=open; with no account everything is open but adding, "
-                           "replacing and removing tickets and reindexing, which always need an API token of scope "
-                           "tickets.",
+                           "account, feedback needs an API token (`Authorization: Bearer …`) or a signed-in session, "
+                           "and so does reading unless TICKETREC_AUTH_READ=open; with no account everything is "
+                           "open but adding, replacing and removing tickets and reindexing, which always need an "
+                           "API token of scope tickets.",
         },
         "security": [{"bearer": []}, {"session": []}, {}],
         "servers": [{"url": "/api/v1"}],
