@@ -55,7 +55,7 @@ def test_the_served_document_is_valid_openapi(app):
     schema.validate()  # against the OpenAPI 3.1 meta-schema; raises on an invalid document
     # schemathesis leaves out the endpoint the document was loaded from (GET /openapi.json)
     labels = {result.ok().label for result in schema.get_all_operations()}
-    assert labels == {"POST /recommendations", "GET /tickets/{ticket_id}", "PUT /tickets/{ticket_id}",
+    assert labels == {"POST /recommendations", "GET /tickets", "GET /tickets/{ticket_id}", "PUT /tickets/{ticket_id}",
                       "DELETE /tickets/{ticket_id}", "POST /reindex", "GET /reindex/{task_id}", "POST /feedback",
                       "GET /healthz"}
 

@@ -216,6 +216,45 @@ def test_a_version_2_database_keeps_its_tokens_and_their_ids_and_accepts_the_new
         assert store.tokens() == []
 
 
+# -- listing: an integration pages through the ids ticketrec holds, to compare them with its own ------------------
+def test_the_ticket_list_pages_through_every_id_with_its_update_time(api, web_kb, tokens):
+    _, store = web_kb
+    headers = bearer(tokens["read"])
+    assert api.put("/api/v1/tickets/WEB-0%2Fa", json=NEW, headers=bearer(tokens["tickets"])).status_code == 201
+    seen, after, pages = [], "", 0
+    while after is not None:
+        response = api.get("/api/v1/tickets", query_string={"after": after, "limit": 2}, headers=headers)
+        assert response.status_code == 200, response.get_data(as_text=True)
+        body = response.get_json()
+        assert 1 <= len(body["tickets"]) <= 2
+        seen += body["tickets"]
+        after, pages = body["next"], pages + 1
+    ids = sorted(store.ticket_ids())
+    assert [t["id"] for t in seen] == ids and pages == (len(ids) + 1) // 2
+    assert {t["id"]: t["updated_at"] for t in seen} == {i: store.ticket_updated_at(i) for i in ids}
+    every = api.get("/api/v1/tickets", headers=headers).get_json()  # default: 100 a page
+    assert [t["id"] for t in every["tickets"]] == ids and every["next"] is None
+    assert api.get("/api/v1/tickets", query_string={"after": ids[-1]}, headers=headers).get_json() == {
+        "tickets": [], "next": None}
+
+
+@pytest.mark.parametrize("query, says", [
+    ({"limit": 0}, "'limit' must be a whole number from 1 to 1,000"),
+    ({"limit": 1001}, "'limit' must be a whole number from 1 to 1,000"),
+    ({"limit": "ten"}, "'limit' must be a whole number"),
+    ({"limit": "1_0"}, "'limit' must be a whole number"),
+    ({"limit": "9" * 5000}, "'limit' must be a whole number"),
+    ({"after": "x" * 1000}, "a ticket id has at most"),
+])
+def test_a_bad_page_is_refused(api, web_kb, tokens, query, says):
+    assert says in error_of(api.get("/api/v1/tickets", query_string=query, headers=bearer(tokens["read"])), 400)
+
+
+def test_the_ticket_list_needs_what_reading_needs(api, web_kb, tokens):
+    assert api.get("/api/v1/tickets").status_code == 401  # an account exists and reading is not open
+    assert api.get("/api/v1/tickets", headers=bearer(tokens["read"])).status_code == 200
+
+
 # -- served: the engine sees a removal at once and a new ticket after the reindex -----------------------------------
 class Served:
     """A home whose tiny knowledge base is indexed and served by a real app (every ticket scored), a tickets token of

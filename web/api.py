@@ -1,4 +1,4 @@
-"""The JSON API under /api/v1: recommendations, tickets (read; add, replace, remove), reindex, feedback, health.
+"""The JSON API under /api/v1: recommendations, tickets (list, read; add, replace, remove), reindex, feedback, health.
 JSON in, JSON out, JSON errors.
 
 CSRF tokens are not used here: every write with a body requires `Content-Type: application/json`, which a
@@ -22,7 +22,7 @@ from recommender.data.records import MAX_ID_CHARS
 from recommender.data.store import Feedback, query_key
 
 from . import auth
-from .forms import LABELS, MAX_SUBJECT
+from .forms import DEFAULT_PAGE, LABELS, MAX_PAGE, MAX_SUBJECT
 from .services import TicketrecServices
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
@@ -133,6 +133,24 @@ def recommendations():
 def _check_ticket_id(ticket_id: str) -> None:
     if len(ticket_id) > MAX_ID_CHARS:
         raise ApiError(400, f"a ticket id has at most {MAX_ID_CHARS} characters, not {len(ticket_id):,}")
+
+
+@bp.get("/tickets")
+@auth.require("read")
+def tickets():
+    """`?after=ID&limit=N` → the ids of the knowledge base's tickets with their update times, in id order, N per page
+    (default 100); `next` is the `after` of the next page, null after the last one."""
+    after = request.args.get("after", "")
+    _check_ticket_id(after)
+    raw = request.args.get("limit", str(DEFAULT_PAGE))
+    # not int() alone: it reads " 5", "+5" and "1_0" too, and refuses more than 4,300 digits with another error
+    limit = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else 0
+    if not 1 <= limit <= MAX_PAGE:
+        raise ApiError(400, f"'limit' must be a whole number from 1 to {MAX_PAGE:,}")
+    rows = services().store().ticket_page(after, limit + 1)
+    page = rows[:limit]
+    return jsonify({"tickets": [{"id": tid, "updated_at": updated} for tid, updated in page],
+                    "next": page[-1][0] if len(rows) > limit else None})
 
 
 @bp.get("/tickets/<path:ticket_id>")

@@ -12,6 +12,8 @@ from recommender.errors import InputError
 #: Longest accepted subject, in characters (subjects are a few words).
 MAX_SUBJECT = 1000
 LABELS = ("YES", "REL", "NO")
+#: Ticket ids one page of the API's ticket list holds by default, and at most.
+DEFAULT_PAGE, MAX_PAGE = 100, 1000
 
 
 def max_description() -> int:

@@ -1,7 +1,8 @@
 """The OpenAPI 3.1 document of the JSON API under /api/v1, served at `GET /api/v1/openapi.json`.
 
-Built from the constants the API validates with (MAX_SUBJECT, LABELS, records.MAX_ID_CHARS; api.MAX_K and the
-configured TICKETREC_MAX_DESCRIPTION are passed in by the route), so it states the limits the code enforces.
+Built from the constants the API validates with (MAX_SUBJECT, LABELS, the page sizes, records.MAX_ID_CHARS;
+api.MAX_K and the configured TICKETREC_MAX_DESCRIPTION are passed in by the route), so it states the limits the code
+enforces.
 tests/test_openapi.py checks that it describes every route of the blueprint and lets schemathesis test the API from it;
 tests/test_auth.py that the 401/403 it states are the ones answered.
 """
@@ -16,7 +17,7 @@ from recommender.data.importers import MAX_METADATA_FIELDS, MAX_METADATA_NAME
 from recommender.data.records import MAX_ID_CHARS
 from recommender.model.siamese import CHANNELS
 
-from .forms import LABELS, MAX_SUBJECT
+from .forms import DEFAULT_PAGE, LABELS, MAX_PAGE, MAX_SUBJECT
 
 #: Version of this document (the API's path carries its major version: /api/v1).
 API_VERSION = "1.0.0"
@@ -180,6 +181,18 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                 "ticket": {"$ref": "#/components/schemas/Ticket"},
             },
         },
+        "TicketList": {
+            "type": "object", "required": ["tickets", "next"], "additionalProperties": False,
+            "properties": {
+                "tickets": {"type": "array", "maxItems": MAX_PAGE, "items": {
+                    "type": "object", "required": ["id", "updated_at"], "additionalProperties": False,
+                    "properties": {"id": {"type": "string"},
+                                   "updated_at": {"type": "number", "description": "When it was last added or "
+                                                                                 "changed: seconds since 1970."}}}},
+                "next": {"type": ["string", "null"],
+                         "description": "The `after` of the next page; null when this page is the last."},
+            },
+        },
         "TicketRemoved": {
             "type": "object", "required": ["id", "removed"], "additionalProperties": False,
             "properties": {
@@ -341,6 +354,24 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                     "400": _MALFORMED, "401": _UNAUTHORIZED, "413": _TOO_LARGE, "500": _UNEXPECTED,
                     "503": _error("No model or index can be loaded: nothing to recommend from yet."),
                 },
+            }},
+            "/tickets": {"get": {
+                "operationId": "listTickets",
+                "summary": "The knowledge base's ticket ids with their update times, in id order, a page at a time: "
+                           "what an integration compares with its own tickets.",
+                "parameters": [
+                    {"name": "after", "in": "query", "required": False,
+                     "schema": {"type": "string", "maxLength": MAX_ID_CHARS, "default": ""},
+                     "description": "List the ids that sort after this one (byte order): the `next` of the page "
+                                    "before."},
+                    {"name": "limit", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": DEFAULT_PAGE},
+                     "description": f"Ids on this page (1 to {MAX_PAGE:,})."},
+                ],
+                "responses": {"200": _ok("One page of ids.", "TicketList"),
+                              "400": _error(f"A limit that is not 1 to {MAX_PAGE:,}, or an `after` over "
+                                            f"{MAX_ID_CHARS} characters."),
+                              "401": _UNAUTHORIZED, "500": _UNEXPECTED},
             }},
             "/tickets/{ticket_id}": {
                 "get": {

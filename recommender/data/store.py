@@ -409,6 +409,12 @@ class Store:
     def ticket_ids(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT id FROM tickets ORDER BY pk")]
 
+    def ticket_page(self, after: str = "", limit: int = 100) -> list[tuple[str, float]]:
+        """(id, last update time) of up to `limit` tickets whose id sorts after `after`, in id order (SQLite's
+        binary order): a listing that a client pages through by passing the last id it got."""
+        return [(r[0], float(r[1])) for r in self.conn.execute(
+            "SELECT id, updated_at FROM tickets WHERE id > ? ORDER BY id LIMIT ?", (after, int(limit)))]
+
     def ticket_versions(self) -> dict[str, float]:
         """ticket id → last update time, for incremental reindexing."""
         return {r[0]: r[1] for r in self.conn.execute("SELECT id, updated_at FROM tickets")}
