@@ -293,7 +293,7 @@ class TicketrecServices:
             state, value = found.state, found.result
         except Exception as exc:
             raise ServiceUnavailable(f"cannot read the reindex task's state from the broker: {exc}") from exc
-        body: dict[str, Any] = {"task_id": task_id, "state": _TASK_STATES.get(state, "running")}
+        body: dict[str, Any] = {"task_id": task_id, "state": _TASK_STATES.get(state, "pending")}
         if body["state"] == "done":
             body["result"] = _public_reindex(value if isinstance(value, dict) else {})
         elif body["state"] == "failed":
@@ -403,8 +403,9 @@ def _default_engine_factory(settings: Settings) -> Any:
     return Recommender(settings)
 
 
-#: Celery's task states as the API names them (RECEIVED, STARTED and RETRY: running).
-_TASK_STATES = {"PENDING": "pending", "SUCCESS": "done", "FAILURE": "failed", "REVOKED": "failed"}
+#: Celery's task states as the API names them.
+_TASK_STATES = {"PENDING": "pending", "RETRY": "pending", "RECEIVED": "running", "STARTED": "running",
+                "SUCCESS": "done", "FAILURE": "failed", "REVOKED": "failed"}
 #: What the API tells of a reindex: its description without the server's paths.
 _REINDEX_FIELDS = ("version", "n_tickets", "encoded", "reused", "dtype", "model_version", "seconds")
 
