@@ -1,5 +1,6 @@
 """Shared pytest fixtures."""
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -245,6 +246,16 @@ def kb_home(tmp_path, tiny_model):
 
 
 # -- a real Redis and real Celery workers (test_celery, test_breaker) ---------------------------------------------
+def stop_process(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Terminate a server the tests started, and kill it when it has not exited `timeout` seconds later."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def free_port() -> int:
     """A TCP port nothing listens on (now) on 127.0.0.1."""
     import socket
@@ -265,7 +276,6 @@ class RedisServer:
     def start(self) -> "RedisServer":
         """Start it and wait until it answers PING (fails the test after 20 s)."""
         import socket
-        import subprocess
         import time
 
         self.proc = subprocess.Popen([self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
@@ -322,7 +332,6 @@ class CeleryWorker:
     def start(self, timeout: float = 90.0) -> "CeleryWorker":
         """Start it and wait until it answers a ping (fails the test after `timeout` seconds)."""
         import os
-        import subprocess
         import sys
         import time
 
@@ -356,16 +365,9 @@ class CeleryWorker:
 
     def stop(self) -> None:
         """Stop it (warm shutdown; killed after 30 s)."""
-        import subprocess
-
         if self.proc is None:
             return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import free_port
+from conftest import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 TICKETREC = Path(sys.executable).parent / "ticketrec"
@@ -58,12 +58,7 @@ def test_the_demo_sets_everything_up_serves_the_ui_and_reuses_it_the_second_time
         assert status == 200 and len(results) == 3
         assert all(1 <= r["score"] <= 5 and r["ticket"]["solution"] for r in results)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_process(server)
     first = log.read_text()
     assert "1/3 knowledge base: generating 300 synthetic tickets and 30 labelled queries" in first
     assert "2/3 model: training" in first and "3/3 index" in first

@@ -2,11 +2,12 @@
 following a new index version, and a dead broker answered in-process."""
 import json
 import logging
-import socket
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+
+from conftest import free_port
 
 from recommender.cli import main
 from recommender.config import Settings
@@ -260,12 +261,6 @@ def test_the_engine_follows_a_new_index_version(served, model):
     assert "NEW-9" in [r.ticket.id for r in results]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_dead_broker_is_answered_in_process_and_logged(served, model, tiny_model, caplog, monkeypatch):
     from recommender.serving import engine as engine_mod
 
@@ -274,7 +269,7 @@ def test_a_dead_broker_is_answered_in_process_and_logged(served, model, tiny_mod
     settings, store, _ = served
     query = a_query(tiny_model)
     expected = Recommender(settings, store=store, model=model).recommend(query, k=5)
-    dead = settings.replace(broker_url=f"redis://127.0.0.1:{_free_port()}/0", query_deadline=3.0,
+    dead = settings.replace(broker_url=f"redis://127.0.0.1:{free_port()}/0", query_deadline=3.0,
                             broker_retry_after=7.0)  # TICKETREC_BROKER_RETRY_AFTER, not its default 30
     engine = Recommender(dead, store=store, model=model)
     with caplog.at_level(logging.WARNING, logger="recommender.serving.engine"):

@@ -4,7 +4,6 @@ import http.client
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port, stop_process
 from web import create_app, gunicorn_conf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,16 +103,10 @@ def test_the_gunicorn_hook_leaves_other_apps_alone():
     gunicorn_conf.post_worker_init(_Worker(lambda environ, start_response: []))  # a bare WSGI callable: no error
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_gunicorn_with_the_project_config_loads_before_the_first_request(web_engine, tmp_path):
     """A real gunicorn on 127.0.0.1: its worker logs the load before any request was sent, then answers."""
     settings, _ = web_engine
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "gunicorn.log"
     env = {**os.environ, "TICKETREC_HOME": str(settings.home), "TICKETREC_CANDIDATES": "0",
            "TICKETREC_MAX_DESCRIPTION": "500", "TICKETREC_SECRET_KEY": "test", "TICKETREC_BROKER_URL": ""}
@@ -134,12 +128,7 @@ def test_gunicorn_with_the_project_config_loads_before_the_first_request(web_eng
         conn.close()
         assert resp.status == 200 and body["results"], body
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_process(server)
     assert "Traceback" not in log.read_text()
 
 
