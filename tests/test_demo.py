@@ -17,7 +17,7 @@ TICKETREC = Path(sys.executable).parent / "ticketrec"
 SMALL = ["--tickets", "300", "--queries", "30"]
 
 
-def _get(port: int, method: str, path: str, body: dict | None = None) -> tuple[int, str]:
+def _http(port: int, method: str, path: str, body: dict | None = None) -> tuple[int, str]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
         conn.request(method, path, None if body is None else json.dumps(body),
@@ -30,7 +30,7 @@ def _get(port: int, method: str, path: str, body: dict | None = None) -> tuple[i
 
 def _serving(port: int) -> bool:
     try:
-        return _get(port, "GET", "/api/v1/healthz")[0] == 200
+        return _http(port, "GET", "/api/v1/healthz")[0] == 200
     except OSError:
         return False
 
@@ -50,9 +50,9 @@ def test_the_demo_sets_everything_up_serves_the_ui_and_reuses_it_the_second_time
             assert server.poll() is None, f"ticketrec demo exited: {log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"the demo serves nothing: {log.read_text()[-3000:]}"
             time.sleep(0.5)
-        status, page = _get(port, "GET", "/")
+        status, page = _http(port, "GET", "/")
         assert status == 200 and "Find similar tickets" in page
-        status, answer = _get(port, "POST", "/api/v1/recommendations",
+        status, answer = _http(port, "POST", "/api/v1/recommendations",
                               {"subject": "GT trips on high exhaust temperature spread", "k": 3})
         results = json.loads(answer)["results"]
         assert status == 200 and len(results) == 3
