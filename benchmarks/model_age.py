@@ -101,7 +101,8 @@ def baselines(report: Path, created: dict[str, str], split: str) -> list[dict]:
             for row in result["rows"][1:]]
 
 
-def run_one(args, fraction: float, seed: int, workdir: Path, split: str) -> dict:
+def run_one(args, fraction: float, seed: int, workdir: Path, created: dict[str, str], tickets: list,
+            split: str) -> dict:
     """Train and evaluate (unless already there) the model of `fraction` and `seed`; its row of the table."""
     name = f"oldest-{fraction:g}-seed-{seed}"
     model, report = workdir / name, workdir / f"{name}-report"
@@ -116,7 +117,7 @@ def run_one(args, fraction: float, seed: int, workdir: Path, split: str) -> dict
         command += [a for field, column in SEAMONKEY_MAP.items() for a in ("--map", f"{field}={column}")]
         run_logged(command, env, workdir / f"{name}-evaluate.log")
     return {"trained on the oldest": f"{fraction:.0%}", "seed": seed,
-            **figures(model, report, created_dates(), seamonkey_tickets(SEAMONKEY), split)}
+            **figures(model, report, created, tickets, split)}
 
 
 def main() -> None:
@@ -145,11 +146,11 @@ def main() -> None:
         train_one(float(fraction), int(seed), not args.no_pretrained, out)
         return
     workdir.mkdir(parents=True, exist_ok=True)
-    created = created_dates()
-    split = created[oldest(seamonkey_tickets(SEAMONKEY), created, min(fractions))[-1].id]
+    created, tickets = created_dates(), seamonkey_tickets(SEAMONKEY)
+    split = created[oldest(tickets, created, min(fractions))[-1].id]
     runs = [(f, s) for f in fractions for s in seeds]
     with ThreadPoolExecutor(max(1, args.jobs)) as pool, tqdm(total=len(runs), desc="models", unit="model") as bar:
-        futures = [pool.submit(run_one, args, f, s, workdir, split) for f, s in runs]
+        futures = [pool.submit(run_one, args, f, s, workdir, created, tickets, split) for f, s in runs]
         rows = []
         for future in futures:
             rows.append(future.result())
