@@ -318,8 +318,22 @@ def load_text(tmp_path, text: str, mapping: dict):
 def test_a_windows_export_not_in_utf8_is_refused_with_how_to_convert_it(tmp_path):
     path = tmp_path / "export.csv"
     path.write_bytes("Ticket-Nr,Betreff,Lösung\n1,Drucker,Treiber\n".encode("cp1252"))
-    with pytest.raises(InputError, match=r"line 1: not UTF-8 .*iconv -f cp1252 -t utf-8"):
+    with pytest.raises(InputError, match=r"line 1, byte 20: not UTF-8 .*iconv -f cp1252 -t utf-8"):
         load(path, mapping={"id": "Ticket-Nr", "subject": "Betreff"})
+
+
+def test_a_byte_that_is_not_utf8_deep_in_an_export_is_named_at_its_own_line(tmp_path):
+    """The CSV reader decodes thousands of lines ahead of the row it returns; the error names the bad byte's line
+    and byte as an editor shows them (a multi-line quoted field counts its lines), and so does a links file's."""
+    path = tmp_path / "export.csv"
+    rows = b"".join(b"K-%d,subject %d,description of ticket %d\n" % (i, i, i) for i in range(3000))
+    path.write_bytes(b"Key,Summary,Description\nK-a,two,\"line one\nline two\"\n" + rows + b"K-x,Caf\xe9,bad\n")
+    with pytest.raises(InputError, match=r"line 3004, byte 8: not UTF-8"):
+        load(path, mapping={"id": "Key", "subject": "Summary"})
+    links = tmp_path / "links.csv"
+    links.write_bytes(b"a,b\n1,2\n3,\xe9\n")
+    with pytest.raises(InputError, match=r"line 3, byte 3: not UTF-8"):
+        load_links(links, None)
 
 
 def test_a_missing_mapped_column_names_the_columns_found_and_nothing_else(tmp_path):

@@ -502,6 +502,18 @@ OTHER_DELIMITERS = (";", "\t", "|")
 TO_UTF8 = "save the file as UTF-8 (from a Windows export, e.g. iconv -f cp1252 -t utf-8 FILE > FILE.utf8)"
 
 
+def _undecodable_where(path: str | Path) -> str:
+    """Where the first byte of `path` that is not UTF-8 is, for an error: "line 5002, byte 8" (both from 1, as an
+    editor shows them: lines split at newline bytes, which never occur inside a UTF-8 character)."""
+    with open(path, "rb") as raw:
+        for number, line in enumerate(raw, 1):
+            try:
+                line.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                return f"line {number}, byte {exc.start + 1}"
+    return "somewhere"
+
+
 def _delimiter(first_line: str) -> str:
     """The field delimiter of a CSV file whose first line is `first_line` (its header row): the one of ",", ";", tab
     and "|" that splits that row into the most fields, the comma on a tie (so a header of one name stays a comma
@@ -528,7 +540,8 @@ def _parse_csv(parsed: _Parsed, progress: bool) -> None:
                                                              "characters", "shorten it, or fix the quoting") from None
             raise parsed.fail(f"line {reader.line_num}", f"bad CSV ({exc})", "fix the quoting") from None
         except UnicodeDecodeError as exc:
-            raise parsed.fail(f"near line {max(reader.line_num, 1)}", f"not UTF-8 ({exc.reason})", TO_UTF8) from None
+            # the reader decodes ahead of the rows it returns: its line number is not the bad byte's
+            raise parsed.fail(_undecodable_where(parsed.path), f"not UTF-8 ({exc.reason})", TO_UTF8) from None
 
 
 def _parse_table(parsed: _Parsed, header: list[str], rows: Iterator[tuple[int, list[str]]], unit: str,
@@ -1036,7 +1049,8 @@ def load_links(path: str | Path, columns: Sequence[str] | None = None, *, known_
                 dialect = csv.excel
             rows = [row for row in csv.reader(fh, dialect) if any(cell.strip() for cell in row)]
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 ({exc.reason}); save the links file as UTF-8") from None
+        raise InputError(f"{path}, {_undecodable_where(path)}: not UTF-8 ({exc.reason}); save the links file as "
+                         "UTF-8") from None
     except csv.Error as exc:
         raise InputError(f"{path}: bad CSV ({exc}); fix the quoting") from None
     except OSError as exc:
