@@ -101,9 +101,11 @@ class MiningConfig(SavedConfig):
         if not 0.0 <= self.template_share < 1.0:
             raise InputError(f"template_share must be within [0, 1), not {self.template_share}")
         if (self.prefix_words < 0 or self.held_out_prefix_words < 0 or self.augmented < 0 or self.labelled_weight < 1
-                or self.hard_pool < 1 or self.adapt_pairs < 2 or self.adapt_epochs < 1 or self.adapt_max_tokens < 8):
+                or self.hard_pool < 1 or self.adapt_pairs < 2 or self.adapt_epochs < 1
+                or not 8 <= self.adapt_max_tokens <= 512):
             raise InputError("prefix_words, held_out_prefix_words and augmented must be ≥ 0, labelled_weight, hard_pool "
-                             "and adapt_epochs ≥ 1, adapt_pairs ≥ 2, adapt_max_tokens ≥ 8")
+                             "and adapt_epochs ≥ 1, adapt_pairs ≥ 2, adapt_max_tokens within [8, 512] (the encoder's "
+                             "longest input)")
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "MiningConfig":
