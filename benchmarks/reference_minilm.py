@@ -10,6 +10,7 @@ queries, so that a reader can tell the baseline of README's tables from the refe
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from shared_data import SEAMONKEY, SEAMONKEY_LINKS, seamonkey_links, seamonkey_tickets
@@ -17,6 +18,9 @@ from shared_data import SEAMONKEY, SEAMONKEY_LINKS, seamonkey_links, seamonkey_t
 
 def main(argv=None) -> None:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    missing = [str(p) for p in (SEAMONKEY, SEAMONKEY_LINKS) if not p.exists()]
+    if missing:
+        sys.exit(f"missing data: {', '.join(missing)} (see ../shared/data/README.md)")
     from recommender.evaluation.duplicates import (duplicate_queries, minilm_ranker, partner_ranks, rank_metrics,
                                                    top_rows)
     from recommender.model.pretrained import get_encoder
