@@ -178,9 +178,7 @@ def test_reindex_runs_on_a_worker_and_the_engine_follows(home, worker):
 
 @pytest.mark.integration
 def test_a_reindex_asked_over_the_api_is_queued_for_a_worker_and_followed_to_its_end(home, worker):
-    import fcntl
-
-    from recommender.serving.index import current_version
+    from recommender.serving.index import _build_lock, current_version
     from web import create_app
 
     _, settings = home
@@ -214,8 +212,7 @@ def test_a_reindex_asked_over_the_api_is_queued_for_a_worker_and_followed_to_its
     assert "path" not in state["result"]
     assert api.put("/api/v1/tickets/CEL-API-1", json=sent, headers=headers).get_json()["indexed"] is True
 
-    with open(settings.indexes_dir / ".build.lock", "a+") as lock:  # another build holds the lock: the task fails
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with _build_lock(settings.indexes_dir):  # another build holds the lock: the task fails
         state = follow(api.post("/api/v1/reindex", headers=headers).get_json()["task_id"])
     assert state["state"] == "failed" and "another index build is running" in state["error"], state
     # an id the result backend does not hold cannot be told from a queued one (Celery's PENDING)

@@ -309,9 +309,7 @@ def test_a_put_ticket_is_served_after_the_reindex_and_a_deleted_one_at_once(serv
 
 # -- POST /api/v1/reindex: the integration brings its changes into the index without waiting for the nightly one ----
 def test_a_put_ticket_is_served_after_a_reindex_asked_over_the_api(served):
-    import fcntl
-
-    from recommender.serving.index import current_version
+    from recommender.serving.index import _build_lock, current_version
 
     api, headers, settings = served.api, served.headers, served.settings
     before = current_version(settings)
@@ -332,8 +330,7 @@ def test_a_put_ticket_is_served_after_a_reindex_asked_over_the_api(served):
     again = api.post("/api/v1/reindex", headers=headers).get_json()  # nothing changed: the version that serves
     assert again["result"]["version"] == body["result"]["version"] and again["result"]["built"] is False
 
-    with open(settings.indexes_dir / ".build.lock", "a+") as lock:  # a nightly reindex holds the build lock
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with _build_lock(settings.indexes_dir):  # a nightly reindex holds the build lock
         assert "another index build is running" in error_of(api.post("/api/v1/reindex", headers=headers), 409)
     assert current_version(settings) == body["result"]["version"]
 
