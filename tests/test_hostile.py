@@ -400,7 +400,7 @@ def test_csv_errors_name_columns_of_a_real_header(tmp_path):
 
 
 def test_csv_export_neutralises_formula_cells():
-    from recommender.data.importers import csv_cell
+    from recommender.evaluation.report import csv_cell
     from recommender.evaluation.report import results_csv
 
     payloads = [c["subject"] for c in CASES if c["kind"] == "csv_injection" and c["description"].startswith("The")]

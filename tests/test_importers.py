@@ -678,9 +678,9 @@ def test_a_workbook_that_would_unpack_to_far_more_than_an_export_is_refused_unre
     """A zip bomb named .xlsx: a part a thousand times its packed size is refused before openpyxl reads it."""
     import zipfile
 
-    from recommender.data import importers
+    from recommender.data.importers import xlsx
 
-    monkeypatch.setattr(importers, "_XLSX_PART_BYTES", 8 << 20)  # the limit scaled down, not the check
+    monkeypatch.setattr(xlsx, "_XLSX_PART_BYTES", 8 << 20)  # the limit scaled down, not the check
     path = write_xlsx(tmp_path / "ok.xlsx", [["id", "subject"], ["T1", "Pump"]])
     assert [t.id for t in load(path).tickets] == ["T1"]
     bomb = tmp_path / "bomb.xlsx"

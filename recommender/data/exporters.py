@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterator
 
 from tqdm import tqdm
 
 from ..errors import InputError, TicketrecError
 from ..files import atomic_file
-from .importers import iter_records, ticket_record
-from .store import Dataset, Store
+from .records import Ticket
+from .store import Dataset, Feedback, Store
 
 #: What an export counts, in the order it writes them, by record type.
 EXPORTED = {"ticket": "tickets", "query": "queries", "pair": "pairs", "feedback": "feedback"}
@@ -47,3 +48,34 @@ def export_jsonl(store: Store, path: str | Path, *, feedback: bool = True, progr
         raise TicketrecError(f"cannot write {path}: {exc.strerror or exc}; choose another path (nothing was "
                              "written)") from exc
     return counts
+
+
+def ticket_record(t: Ticket) -> dict:
+    """A ticket as a JSONL record."""
+    record = {"type": "ticket", **t.to_dict()}
+    if not t.metadata:
+        del record["metadata"]
+    return record
+
+
+def feedback_record(fb: Feedback) -> dict:
+    """An engineer's judgement as a JSONL record (what the JSONL importer reads back)."""
+    return {"type": "feedback", "subject": fb.query_subject, "description": fb.query_description,
+            "ticket_id": fb.ticket_id, "label": fb.label, "user": fb.user_name, "created_at": fb.created_at,
+            "model_version": fb.model_version, "index_version": fb.index_version}
+
+
+def iter_records(dataset: Dataset) -> Iterator[dict]:
+    """The dataset as JSONL records (tickets, queries, pairs, feedback), the inverse of the JSONL importer."""
+    for t in dataset.tickets:
+        yield ticket_record(t)
+    for q in dataset.queries:
+        yield {"type": "query", "id": q.id, "subject": q.subject, "description": q.description}
+    meta = getattr(dataset, "pair_meta", {}) or {}
+    for p in dataset.pairs:
+        record = {"type": "pair", "query_id": p.query_id, "ticket_id": p.ticket_id, "score": p.score}
+        if (p.query_id, p.ticket_id) in meta:
+            record["metadata"] = meta[(p.query_id, p.ticket_id)]
+        yield record
+    for fb in dataset.feedback:
+        yield feedback_record(fb)

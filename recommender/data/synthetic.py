@@ -503,7 +503,7 @@ def generate(n_tickets: int, n_queries: int, seed: int = 0, overlap: float = DEF
 
 def write_jsonl(dataset: Dataset, path: str | Path) -> Path:
     """Write `dataset` as ticketrec JSONL (tickets, queries, pairs) atomically: a temp file, then rename."""
-    from .importers import iter_records
+    from .exporters import iter_records
 
     path = Path(path)
     with atomic_file(path, "w") as out:

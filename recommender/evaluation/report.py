@@ -5,10 +5,10 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..data.importers import csv_cell
 from ..files import atomic_write_bytes, atomic_write_text
 
 #: (key in a row's metrics, column header, format) — the columns of the Table 5 analogue.
@@ -22,6 +22,17 @@ COLUMNS = [
 ]
 #: The metric that picks the best row (bold).
 BEST_BY = "official_map"
+#: First characters that make a spreadsheet read a cell as a formula (OWASP "CSV injection"), fullwidth forms too.
+_FORMULA_START = tuple("=+-@\t\r\uff1d\uff0b\uff0d\uff20")
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """`value` as a CSV cell that a spreadsheet shows rather than runs: text starting like a formula (=, +, -, @,
+    tab, carriage return) gets a leading single quote; numbers, and text that is only a number, are unchanged."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _PLAIN_NUMBER.fullmatch(value):
+        return "'" + value
+    return value
 
 
 def _fmt(value: Any, spread: Any, pattern: str) -> str:

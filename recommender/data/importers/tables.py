@@ -1,0 +1,153 @@
+"""Tables: CSV files (comma, semicolon, tab or bar separated) and the rows of a worksheet, read as tickets (by
+their header or a column mapping) or as labelled pairs."""
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+from typing import Callable, Iterable, Iterator, Sequence
+
+from ..records import LabeledPair
+from .parsed import (JOINED_COLUMNS, PAIR_COLUMNS, TICKET_COLUMNS, TO_UTF8, Parsed, column_names, id_field,
+                     progress_bar, query_field, score_field, shown, ticket_field, undecodable_where)
+
+
+def found_columns(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """"the columns found are ..." when the file is a valid CSV with a header row (two or more short printable
+    names, and `rows`, the first records, with as many fields); else words that quote nothing, so that a file that
+    is no CSV export (a symlink to a secret, say) is never echoed."""
+    plausible = (len(header) >= 2 and all(len(h) <= 100 and h.isprintable() for h in header)
+                 and all(len(row) == len(header) for row in rows if any(cell.strip() for cell in row)))
+    return f"the columns found are {column_names(header)}" if plausible else "the first line is not a CSV header row"
+
+
+def _ticket_columns(parsed: Parsed, header: Sequence[str], found: str,
+                    unit: str = "line") -> dict[str, list[int]]:
+    """Our ticket field → the positions of its columns in `header` (none: not in the file, the field is empty).
+
+    A mapped field takes the column the mapping names (exact name, else the same name ignoring case and
+    surrounding white space); an unmapped field takes the column of its own name. A description or solution column
+    may repeat (all of them are read); the id and subject columns may not. The id and a subject or description
+    column are required. `found`: what an error says of the header (`found_columns`); `unit`: "line" or "row"."""
+    folded = [h.strip().lower() for h in header]
+    mapping = parsed.mapping or {}
+    out: dict[str, list[int]] = {}
+    for name in TICKET_COLUMNS:
+        column = mapping.get(name)
+        if column is not None and column in header:
+            out[name] = [i for i, h in enumerate(header) if h == column]
+        else:
+            wanted = (column if column is not None else name).strip().lower()
+            out[name] = [i for i, h in enumerate(folded) if h == wanted]
+    found = "; " + found
+    for name, column in mapping.items():
+        if not out[name]:
+            raise parsed.fail(f"{unit} 1", f"no column {shown(column)} (mapped to {name}){found}",
+                              f"fix the mapping of {name}")
+    for name, positions in out.items():
+        repeated = bool(positions) and folded.count(folded[positions[0]]) > 1
+        if repeated and name not in JOINED_COLUMNS:
+            i = positions[0]
+            raise parsed.fail(f"{unit} 1, column {i + 1}",
+                              f"the column {column_names([header[i]])} (for {name}) appears more than once",
+                              "rename one of them")
+    if not out["id"] or (not out["subject"] and not out["description"]):
+        missing = "id" if not out["id"] else "subject"
+        raise parsed.fail(f"{unit} 1", f"no column for the ticket {missing}{found}",
+                          f"map one with --map {missing}=COLUMN")
+    return out
+
+
+def _numbered_rows(reader) -> Iterator[tuple[int, list[str]]]:
+    """(first line, row) of every row left in a csv reader (a quoted field may span lines)."""
+    start = reader.line_num + 1
+    for row in reader:
+        yield start, row
+        start = reader.line_num + 1
+
+
+#: Field delimiters of exports besides the comma: spreadsheets in many locales save "CSV" with ";", and some
+#: tools write tab- or bar-separated files.
+OTHER_DELIMITERS = (";", "\t", "|")
+
+
+def _delimiter(first_line: str) -> str:
+    """The field delimiter of a CSV file whose first line is `first_line` (its header row): the one of ",", ";", tab
+    and "|" that splits that row into the most fields, the comma on a tie (so a header of one name stays a comma
+    file, and a tab-separated header whose names hold a comma is read by tabs)."""
+    fields = {d: len(next(csv.reader([first_line], delimiter=d), [])) for d in (",", *OTHER_DELIMITERS)}
+    return max(fields, key=lambda d: (fields[d], d == ","))
+
+
+def parse_csv(parsed: Parsed, progress: bool) -> None:
+    with open(parsed.path, "rb") as raw, progress_bar(parsed.path, progress) as bar:
+        # the header row, at most 1 MiB of it (a file of one huge line is refused by the reader below)
+        delimiter = _delimiter(raw.readline(1 << 20).decode("utf-8-sig", errors="replace"))
+        raw.seek(0)
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        reader = csv.reader(text, delimiter=delimiter)
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise parsed.fail("line 1", "the file is empty", "add a header row and records")
+            parse_table(parsed, header, _numbered_rows(reader), "line", lambda: bar.update(raw.tell() - bar.n))
+        except csv.Error as exc:
+            if "field larger than field limit" in str(exc):
+                raise parsed.fail(f"line {reader.line_num}", f"a field has more than {csv.field_size_limit():,} "
+                                                             "characters", "shorten it, or fix the quoting") from None
+            raise parsed.fail(f"line {reader.line_num}", f"bad CSV ({exc})", "fix the quoting") from None
+        except UnicodeDecodeError as exc:
+            # the reader decodes ahead of the rows it returns: its line number is not the bad byte's
+            raise parsed.fail(undecodable_where(parsed.path), f"not UTF-8 ({exc.reason})", TO_UTF8) from None
+
+
+def parse_table(parsed: Parsed, header: list[str], rows: Iterator[tuple[int, list[str]]], unit: str,
+                advance: Callable[[], None]) -> None:
+    """The records of a table (a CSV file, a worksheet): tickets when the header or the mapping says so, else
+    labelled pairs with their queries. `rows` yields (number, cells); `unit` names a number in errors ("line",
+    "row"); `advance` moves the progress bar."""
+    ahead = list(itertools.islice(rows, 20))  # the first records tell whether the header is a CSV header
+    found = found_columns(header, (row for _, row in ahead))
+    columns = [h.strip().lower() for h in header]
+    if parsed.mapping is not None or ("id" in columns and ("subject" in columns or "description" in columns)):
+        kind = "tickets"
+    elif all(c in columns for c in PAIR_COLUMNS) and ("score" in columns or "label" in columns):
+        kind = "pairs"
+    else:  # not quoted: the file may be anything (a symlink to a secret included)
+        raise parsed.fail(f"{unit} 1", f"unrecognised header ({found})",
+                          "a tickets file needs the columns id and subject (description and solution are "
+                          "optional), or a mapping of yours (--map id=COLUMN --map subject=COLUMN); a pairs "
+                          "file query_id,query_subject,ticket_id (query_description optional) and score or label")
+    if parsed.mapping is None:  # a recognised header: its names may be quoted
+        for i, column in enumerate(columns):
+            if not column:
+                raise parsed.fail(f"{unit} 1, column {i + 1}", "the header has an empty column name",
+                                  "name every column")
+            if columns.index(column) != i:
+                raise parsed.fail(f"{unit} 1, column {i + 1}",
+                                  f"the column name {column_names([header[i]])} repeats column "
+                                  f"{columns.index(column) + 1}", "rename one of them")
+    if kind == "tickets":  # other columns are metadata (an export's nameless or repeated ones are skipped)
+        source = _ticket_columns(parsed, header, found, unit)
+        used = {i for positions in source.values() for i in positions}
+        extra = [i for i, c in enumerate(columns) if i not in used and c and columns.index(c) == i]
+    for number, row in itertools.chain(ahead, rows):
+        where = f"{unit} {number}"
+        advance()
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(columns):
+            raise parsed.fail(where, f"the row has {len(row)} fields but the header has {len(columns)}",
+                              "quote fields that contain commas or line breaks")
+        if kind == "tickets":  # a field of repeated columns is their list of cells, which `text_field` joins
+            record = {name: [row[i] for i in positions] if len(positions) > 1 else row[positions[0]] if positions
+                      else "" for name, positions in source.items()}
+            metadata = {columns[i]: row[i] for i in extra if row[i] != ""}
+            parsed.add_ticket(ticket_field(parsed, where, record, metadata), where)
+        else:
+            record = dict(zip(columns, row))
+            query = query_field(parsed, where, record, prefix="query_")
+            parsed.add_query(query, where)
+            tid = id_field(parsed, where, record, "ticket_id")
+            score = score_field(parsed, where, record.get("score"), record.get("label"))
+            parsed.add_pair(LabeledPair(query.id, tid, score), where)
