@@ -54,7 +54,7 @@ def main() -> None:
     from recommender.data.store import Dataset, Store
     from recommender.model.bundle import TicketModel
     from recommender.serving.engine import Recommender
-    from recommender.serving.index import build_index
+    from recommender.serving.index_build import build_index
 
     base = seamonkey_tickets(args.kb)
     tickets = [Ticket(f"{t.id}-{k}", t.subject, t.description, t.solution, t.metadata)

@@ -375,7 +375,7 @@ def kernel_rows(n: int, workdir: Path, queries: int = 200, k: int = 1000, seed: 
     pages loaded at open, or dropped from the page cache first (cold): faulted in one by one as the kernel reads the
     rows, or requested together first (MADV_WILLNEED: `scoring.prefetch_rows`, what serving does once it sees
     candidate pages missing). Median and p95 ms per query."""
-    from recommender.serving.index import _populate
+    from recommender.serving.residency import _populate
     from recommender.serving.scoring import PackedVectors, _distances_packed, metric_plan, prefetch_rows
 
     widths = {"h": 50, "E": 350, "T": 100}
@@ -454,7 +454,7 @@ def loading_phases(settings: Settings, model, queries: list[Query], per_phase: i
     reads them), (3) a new engine with the whole version locked (TICKETREC_INDEX_PIN=all). Each phase answers its own
     `per_phase` queries after 5 untimed ones; medians and p95 per stage (ms)."""
     from recommender.config import PIN_ALL
-    from recommender.serving import index as index_module
+    from recommender.serving import residency
     from recommender.serving.engine import Recommender
 
     def phase(name, engine, batch):
@@ -472,13 +472,13 @@ def loading_phases(settings: Settings, model, queries: list[Query], per_phase: i
 
     size = per_phase + WARMUP
     batches = [queries[i * size : (i + 1) * size] for i in range(3)]
-    touch = index_module._touch
-    index_module._touch = lambda arr: None
+    touch = residency._touch
+    residency._touch = lambda arr: None
     try:
         engine = Recommender(settings, model=model)
         rows = [phase("opened with MADV_POPULATE_READ alone", engine, batches[0])]
     finally:
-        index_module._touch = touch
+        residency._touch = touch
     started = time.perf_counter()
     engine.index.warm()
     rows.append(phase(f"the same engine after reading every page ({time.perf_counter() - started:.1f} s)", engine,
@@ -550,9 +550,9 @@ def main() -> None:
     from recommender.serving.scoring import HAVE_NUMBA
 
     if args.no_touch:
-        from recommender.serving import index as index_module
+        from recommender.serving import residency
 
-        index_module._touch = lambda arr: None
+        residency._touch = lambda arr: None
     if args.kernel:
         workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ticketrec-kernel-"))
         workdir.mkdir(parents=True, exist_ok=True)

@@ -75,7 +75,7 @@ def web_engine(tmp_path_factory):
 
     from recommender.config import Settings
     from recommender.serving.engine import Recommender
-    from recommender.serving.index import build_index
+    from recommender.serving.index_build import build_index
     from recommender.data.records import LabeledPair, Query, Ticket
     from recommender.model.siamese import SiameseConfig
     from recommender.data.store import Dataset, Store

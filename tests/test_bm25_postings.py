@@ -7,7 +7,8 @@ import pytest
 from recommender.lexical.postings import PostingsBuilder, ticket_terms
 from recommender.serving.engine import Recommender
 from recommender.errors import IndexStateError
-from recommender.serving.index import TicketIndex, build_index, open_current
+from recommender.serving.index import TicketIndex, open_current
+from recommender.serving.index_build import build_index
 from recommender.lexical.bm25 import Bm25Scorer
 from recommender.lexical.searchers import Fts5Searcher
 from recommender.serving.searchers import IndexSearcher

@@ -96,7 +96,8 @@ def test_the_client_makes_one_connection_attempt_and_the_workers_retry_forever(t
 # -- worker warm-up, in-process -----------------------------------------------------------------------------------
 def test_a_worker_process_warms_the_current_version_and_each_new_one(kb_home, tiny_model):
     from recommender.model.bundle import TicketModel
-    from recommender.serving.index import build_index, current_version
+    from recommender.serving.index import current_version
+    from recommender.serving.index_build import build_index
     from workers.celery_app import WorkerResources
 
     settings, store = kb_home
@@ -129,7 +130,7 @@ BACKOFF = 1.0  # TICKETREC_BROKER_RETRY_AFTER for this test: short, so the worke
 def celery_home(tmp_path_factory, tiny_model):
     """(env, settings) of a home with the tiny knowledge base indexed."""
     from recommender.model.bundle import TicketModel
-    from recommender.serving.index import build_index
+    from recommender.serving.index_build import build_index
 
     base = tmp_path_factory.mktemp("breaker-home")
     env = {"TICKETREC_HOME": str(base / "home"), "TICKETREC_MODEL": str(tiny_model[0]),

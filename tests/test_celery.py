@@ -73,7 +73,7 @@ def redis_url(redis_servers):
 @pytest.fixture(scope="module")
 def home(tmp_path_factory, tiny_model):
     """(env, settings) of a home with the tiny knowledge base indexed."""
-    from recommender.serving.index import build_index
+    from recommender.serving.index_build import build_index
     from recommender.model.bundle import TicketModel
 
     base = tmp_path_factory.mktemp("celery-home")
@@ -178,7 +178,8 @@ def test_reindex_runs_on_a_worker_and_the_engine_follows(home, worker):
 
 @pytest.mark.integration
 def test_a_reindex_asked_over_the_api_is_queued_for_a_worker_and_followed_to_its_end(home, worker):
-    from recommender.serving.index import _build_lock, current_version
+    from recommender.serving.index import current_version
+    from recommender.serving.index_build import _build_lock
     from web import create_app
 
     _, settings = home

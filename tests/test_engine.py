@@ -13,7 +13,8 @@ from recommender.cli import main
 from recommender.config import Settings
 from recommender.serving.engine import CHANNEL_LABELS, Recommender, share_percentages, shared_terms
 from recommender.errors import IndexStateError, InputError
-from recommender.serving.index import build_index, current_version
+from recommender.serving.index import current_version
+from recommender.serving.index_build import build_index
 from recommender.data.records import Query, Ticket
 from recommender.data.store import Dataset, Store
 from recommender.lexical.analyzer import content_words, stem_key, tokenize

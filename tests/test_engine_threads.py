@@ -11,7 +11,8 @@ from recommender.data.records import Query, Ticket
 from recommender.data.store import Dataset, Store
 from recommender.model.bundle import TicketModel
 from recommender.serving.engine import Recommender
-from recommender.serving.index import build_index, open_version
+from recommender.serving.index import open_version
+from recommender.serving.index_build import build_index
 
 THREADS = 8
 

@@ -7,7 +7,7 @@ from recommender.config import Settings
 from recommender.data.records import Query
 from recommender.data.store import Dataset, Store
 from recommender.serving.engine import Recommender
-from recommender.serving.index import build_index
+from recommender.serving.index_build import build_index
 from recommender.serving.scoring import PackedVectors, channel_distances, channel_shares, distances
 
 SPEC = {

@@ -19,7 +19,7 @@ from recommender.model.bundle import TicketModel
 from recommender.model.char_siamese import CharSiamese, CharSiameseConfig
 from recommender.model.var_siamese import VarSiamese, VarSiameseConfig
 from recommender.serving.engine import Recommender
-from recommender.serving.index import build_index
+from recommender.serving.index_build import build_index
 
 #: tests/test_unsupervised.py's tiny Replicated Siamese model, fixed weights so that C and V surely serve.
 TINY = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 6, "topic_vocab": 80, "topic_epochs": 2,

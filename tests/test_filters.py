@@ -14,7 +14,7 @@ from recommender.data.records import Query, Ticket
 from recommender.data.store import Dataset, Store
 from recommender.errors import InputError
 from recommender.serving.engine import Recommender
-from recommender.serving.index import build_index
+from recommender.serving.index_build import build_index
 
 
 # -- conditions -----------------------------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def hostile(web_engine, tmp_path_factory):
     from recommender.data.store import Dataset, Store
     from recommender.model.bundle import TicketModel
     from recommender.serving.engine import Recommender
-    from recommender.serving.index import build_index
+    from recommender.serving.index_build import build_index
 
     base, _ = web_engine
     home = tmp_path_factory.mktemp("hostile-home")
@@ -297,7 +297,7 @@ def test_a_2mb_ticket_is_encoded_with_bounded_inputs(kb_home, tiny_ticket_model,
     from recommender.data.store import Dataset
     from recommender.model import bundle
     from recommender.model.siamese import Featurizer
-    from recommender.serving.index import build_index
+    from recommender.serving.index_build import build_index
     from topic_models.docnade import DocNADE
 
     settings, store = kb_home

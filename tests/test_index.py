@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recommender.serving import index as index_mod
+from recommender.serving import index_build
 from recommender.config import Settings
 from recommender.errors import IndexStateError
-from recommender.serving.index import TicketIndex, build_index, current_version, list_versions, open_current
+from recommender.serving.index import TicketIndex, current_version, list_versions, open_current
+from recommender.serving.index_build import build_index
 from recommender.data.records import Ticket
 from recommender.data.store import Dataset, Store
 
@@ -139,7 +140,7 @@ class _FailsMidway:
 def test_an_interrupted_build_leaves_the_current_version_serving(home, model, monkeypatch):
     settings, store = home
     first = build_index(store, model, settings, progress=False)
-    monkeypatch.setattr(index_mod, "BUILD_BATCH", 16)
+    monkeypatch.setattr(index_build, "BUILD_BATCH", 16)
     with pytest.raises(KeyboardInterrupt):
         build_index(store, _FailsMidway(model), settings, incremental=False, progress=False)
     assert current_version(settings) == first and list_versions(settings) == [first]
@@ -149,14 +150,14 @@ def test_an_interrupted_build_leaves_the_current_version_serving(home, model, mo
 
 def test_a_second_concurrent_build_is_refused(home, model):
     settings, store = home
-    with index_mod._build_lock(settings.indexes_dir):
+    with index_build._build_lock(settings.indexes_dir):
         with pytest.raises(IndexStateError, match="another index build"):
             build_index(store, model, settings, progress=False)
 
 
 _SLOW_BUILD = """
 import sys, time
-from recommender.serving import index
+from recommender.serving import index_build
 from recommender.config import Settings
 from recommender.model.bundle import TicketModel
 from recommender.data.store import Store
@@ -167,9 +168,9 @@ def slow(tickets, **kw):
     time.sleep(0.3)  # make the build last long enough to be killed in the middle
     return encode(tickets, **kw)
 model.encode_tickets = slow
-index.BUILD_BATCH = 8
+index_build.BUILD_BATCH = 8
 print("building", flush=True)
-index.build_index(Store(settings.db), model, settings, incremental=False, progress=False)
+index_build.build_index(Store(settings.db), model, settings, incremental=False, progress=False)
 print("finished", flush=True)
 """
 

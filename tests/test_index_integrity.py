@@ -23,9 +23,11 @@ from recommender.data.records import Query
 from recommender.data.store import Dataset, Store
 from recommender.errors import IndexStateError
 from recommender.serving import index as index_mod
+from recommender.serving import index_build
 from recommender.serving.engine import Recommender
-from recommender.serving.index import (SAMPLED_ROWS, TicketIndex, build_index, current_version, list_versions,
-                                       open_current, switch_current, verify_version)
+from recommender.serving.index import (SAMPLED_ROWS, TicketIndex, current_version, list_versions, open_current,
+                                       switch_current, verify_version)
+from recommender.serving.index_build import build_index
 
 ROOT = Path(__file__).resolve().parents[1]
 TICKETREC = Path(sys.executable).with_name("ticketrec")
@@ -110,7 +112,7 @@ def test_an_incremental_build_repairs_a_truncated_postings_file(kb_home, tiny_ti
     (settings, store), model = kb_home, tiny_ticket_model
     first = build_index(store, model, settings, progress=False)
     _damage(settings.indexes_dir / first / "bm25_tf.npy", "truncate")
-    with caplog.at_level(logging.WARNING, logger="recommender.serving.index"):
+    with caplog.at_level(logging.WARNING, logger="recommender.serving.index_build"):
         second = build_index(store, model, settings, progress=False)  # not "up to date"
     assert second != first and current_version(settings) == second
     assert any("bm25_tf.npy" in r.getMessage() and "from scratch" in r.getMessage() for r in caplog.records)
@@ -128,7 +130,7 @@ def test_corrupt_rows_the_cheap_check_misses_are_never_reused(kb_home, tiny_tick
     row = next(r for r in range(80) if r not in sampled)
     _damage(settings.indexes_dir / first / "vectors.npy", "nan", row=row, keep_mtime=True)
     assert open_current(settings).version == first  # the open's sample does not see it
-    with caplog.at_level(logging.WARNING, logger="recommender.serving.index"):
+    with caplog.at_level(logging.WARNING, logger="recommender.serving.index_build"):
         second = build_index(store, model, settings, progress=False)  # nothing changed, but the checksum did
     assert second != first and any("full build" in r.getMessage() for r in caplog.records)
     idx = open_current(settings)
@@ -243,7 +245,7 @@ def test_the_free_space_is_checked_before_a_build(kb_home, tiny_ticket_model, mo
     (settings, store), model = kb_home, tiny_ticket_model
     first = build_index(store, model, settings, progress=False)
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(index_mod.shutil, "disk_usage", lambda path: usage(10 ** 9, 10 ** 9 - 5000, 5000))
+    monkeypatch.setattr(index_build.shutil, "disk_usage", lambda path: usage(10 ** 9, 10 ** 9 - 5000, 5000))
     with pytest.raises(IndexStateError, match=r"5,000 bytes free, about [\d,]+ needed; free some space") as err:
         build_index(store, model, settings, incremental=False, progress=False)
     needed = int(str(err.value).split("about ")[1].split(" needed")[0].replace(",", ""))
@@ -302,7 +304,7 @@ def test_a_real_full_disk(small_disk, tmp_path, tiny_model, tiny_ticket_model, a
         leave(16)  # less than the vectors alone (36 KB): writing them through the map was a SIGBUS
         with pytest.raises(IndexStateError, match=r"bytes free, about [\d,]+ needed"):
             build_index(store, tiny_ticket_model, settings, incremental=False, progress=False)
-        monkeypatch.setattr(index_mod, "_check_free_space", lambda root, needed: None)  # past it: a real full disk
+        monkeypatch.setattr(index_build, "_check_free_space", lambda root, needed: None)  # past it: a real full disk
         # the same model (hard links) with no room for the vectors, then another model (saved again by torch) with
         # room for the vectors and postings only
         for model, kib in ((tiny_ticket_model, 16), (another_model, 16), (another_model, 160)):
@@ -321,7 +323,7 @@ def test_stale_temporaries_are_removed_by_the_next_build_not_during_one(kb_home,
     stale = settings.indexes_dir / f".tmp-{first}x.killed"  # what a build killed with SIGKILL leaves
     stale.mkdir()
     (stale / "vectors.npy").write_bytes(b"\0" * 1_000_000)
-    with index_mod._build_lock(settings.indexes_dir):  # a build is running: its temporaries are not stale
+    with index_build._build_lock(settings.indexes_dir):  # a build is running: its temporaries are not stale
         with pytest.raises(IndexStateError, match="another index build"):
             build_index(store, model, settings, progress=False)
         assert stale.exists()
@@ -342,7 +344,7 @@ def test_a_format_3_version_is_served_but_not_reused(kb_home, tiny_ticket_model,
     assert open_current(settings).version == first
     problems = verify_version(settings)["problems"]
     assert len(problems) == 1 and "format 3" in problems[0] and "ticketrec index --full" in problems[0]
-    with caplog.at_level(logging.WARNING, logger="recommender.serving.index"):
+    with caplog.at_level(logging.WARNING, logger="recommender.serving.index_build"):
         second = build_index(store, model, settings, progress=False)
     assert second != first and open_current(settings).manifest["reused"] == 0
     assert any("format 3" in r.getMessage() for r in caplog.records)

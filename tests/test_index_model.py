@@ -15,8 +15,8 @@ from recommender.data.store import Dataset, Store
 from recommender.errors import IndexStateError
 from recommender.model.bundle import TicketModel
 from recommender.serving.engine import Recommender
-from recommender.serving.index import (MODEL_DIR, build_index, current_version, list_versions, open_current,
-                                       open_version)
+from recommender.serving.index import MODEL_DIR, current_version, list_versions, open_current, open_version
+from recommender.serving.index_build import build_index
 
 #: The tiny model of tests/conftest.py's `tiny_model`, as a `ticketrec train --config` file.
 TINY_CONFIG = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 6, "topic_vocab": 80,

@@ -2,9 +2,10 @@
 import numpy as np
 import pytest
 
-from recommender.serving import index as index_mod
+from recommender.serving import index_build
 from recommender.errors import IndexStateError
-from recommender.serving.index import build_index, open_current
+from recommender.serving.index import open_current
+from recommender.serving.index_build import build_index
 
 
 def _files(settings, version) -> dict[str, bytes]:
@@ -14,7 +15,7 @@ def _files(settings, version) -> dict[str, bytes]:
 
 def test_two_workers_build_the_same_bytes_as_the_serial_build(kb_home, tiny_ticket_model, monkeypatch):
     (settings, store), model = kb_home, tiny_ticket_model
-    monkeypatch.setattr(index_mod, "BUILD_BATCH", 16)  # 80 tickets → 5 chunks spread over the workers
+    monkeypatch.setattr(index_build, "BUILD_BATCH", 16)  # 80 tickets → 5 chunks spread over the workers
     serial = build_index(store, model, settings, incremental=False, progress=False, workers=1)
     parallel = build_index(store, model, settings, incremental=False, progress=False, workers=2)
     assert serial != parallel

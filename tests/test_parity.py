@@ -49,7 +49,7 @@ def test_lexical_feature_and_g_agree_in_training_evaluation_and_serving(trained,
     from recommender.evaluation.experiments import ModelSystem, _open_split
     from recommender.model.training import PairSet, PreparedPairs, lexical_features, pair_scores
     from recommender.serving.engine import Recommender
-    from recommender.serving.index import build_index
+    from recommender.serving.index_build import build_index
 
     path, data, out, model, k = trained
     assert model.metric_spec()["bm25"] > 0.05  # the lexical channel is on and weighs in

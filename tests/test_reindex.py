@@ -163,7 +163,7 @@ def test_a_build_drops_removed_tickets_from_a_fed_prefilter(kb_home, tiny_ticket
     """The Elasticsearch pre-filter is fed by the build; removed tickets leave it there too (here the in-memory
     backend, which keeps the same `index` / `remove` contract)."""
     from recommender.lexical.searchers import MemorySearcher
-    from recommender.serving.index import build_index
+    from recommender.serving.index_build import build_index
 
     settings, store = kb_home
     tickets = list(store.iter_tickets())
@@ -182,7 +182,8 @@ def test_a_prefilter_that_cannot_drop_removed_tickets_does_not_fail_the_build(kb
     """Elasticsearch down when a build would drop removed tickets from it: the new version serves anyway (a candidate
     the index lacks is skipped) and the log says how to mend the pre-filter."""
     from recommender.lexical.searchers import ElasticsearchSearcher
-    from recommender.serving.index import build_index, open_current
+    from recommender.serving.index import open_current
+    from recommender.serving.index_build import build_index
 
     settings, store = kb_home
     build_index(store, tiny_ticket_model, settings, progress=False)

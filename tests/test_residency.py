@@ -12,9 +12,11 @@ from click.testing import CliRunner
 from recommender.cli import main
 from recommender.config import PIN_ALL, Settings
 from recommender.errors import TicketrecError
-from recommender.serving import index as index_mod
+from recommender.serving import residency
 from recommender.serving.engine import Recommender
-from recommender.serving.index import build_index, open_current, resident_bytes
+from recommender.serving.index import open_current
+from recommender.serving.index_build import build_index
+from recommender.serving.residency import resident_bytes
 
 
 @pytest.fixture
@@ -101,8 +103,8 @@ def test_an_index_that_does_not_fit_is_not_loaded(built, monkeypatch, caplog):
     missing = index.memory()["bytes"] - index.memory()["resident_bytes"]
     if missing == 0:
         pytest.skip("the kernel kept the pages (tmpfs?): nothing is left to load")
-    monkeypatch.setattr(index_mod, "memory_info", lambda: {"total": 1 << 30, "available": index_mod.MIN_HEADROOM})
-    with caplog.at_level(logging.WARNING, logger="recommender.serving.index"):
+    monkeypatch.setattr(residency, "memory_info", lambda: {"total": 1 << 30, "available": residency.MIN_HEADROOM})
+    with caplog.at_level(logging.WARNING, logger="recommender.serving.residency"):
         done = index.warm()
     assert not done["loaded"] and done["locked_bytes"] == 0  # nothing locked either: locking would load it
     assert "not loaded at open" in done["reason"] and "not loaded at open" in caplog.text
@@ -114,7 +116,7 @@ def test_a_refused_lock_says_what_to_do(built, monkeypatch):
     def refuse(arr):
         return OSError(12, "Cannot allocate memory")
 
-    monkeypatch.setattr(index_mod, "_lock", refuse)
+    monkeypatch.setattr(residency, "_lock", refuse)
     done = open_current(settings.replace(index_pin=PIN_ALL)).warm()
     assert done["loaded"] and done["locked_bytes"] == 0
     assert "could not lock vectors.npy" in done["reason"] and "ulimit -l" in done["reason"]

@@ -261,7 +261,7 @@ class Served:
     the user bot, and `twin`: a ticket whose text a new ticket may copy, so that a query of that text finds both."""
 
     def __init__(self, settings, store, tiny_ticket_model):
-        from recommender.serving.index import build_index
+        from recommender.serving.index_build import build_index
         from web import create_app
 
         self.settings, self.store = settings.replace(candidates=0), store
@@ -309,7 +309,8 @@ def test_a_put_ticket_is_served_after_the_reindex_and_a_deleted_one_at_once(serv
 
 # -- POST /api/v1/reindex: the integration brings its changes into the index without waiting for the nightly one ----
 def test_a_put_ticket_is_served_after_a_reindex_asked_over_the_api(served):
-    from recommender.serving.index import _build_lock, current_version
+    from recommender.serving.index import current_version
+    from recommender.serving.index_build import _build_lock
 
     api, headers, settings = served.api, served.headers, served.settings
     before = current_version(settings)

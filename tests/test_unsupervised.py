@@ -267,7 +267,7 @@ def _serving_engine(home, model_dir):
     from recommender.config import Settings
     from recommender.data.store import Store
     from recommender.serving.engine import Recommender
-    from recommender.serving.index import build_index
+    from recommender.serving.index_build import build_index
 
     settings = Settings.from_env({"TICKETREC_HOME": str(home), "TICKETREC_MODEL": str(model_dir),
                                   "TICKETREC_CANDIDATES": "0"})

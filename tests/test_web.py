@@ -356,7 +356,7 @@ def reweighted_client(web_engine, tmp_path, channels: dict):
     from recommender.data.store import Dataset, Store
     from recommender.model.bundle import TicketModel
     from recommender.serving.engine import Recommender
-    from recommender.serving.index import build_index
+    from recommender.serving.index_build import build_index
 
     base, _ = web_engine
     model = TicketModel.load(base.model)

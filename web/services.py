@@ -256,7 +256,7 @@ class TicketrecServices:
         updated = self.store().ticket_updated_at(ticket_id)
         if updated is None:
             return False
-        from recommender.serving.index import unchanged_rows
+        from recommender.serving.index_build import unchanged_rows
 
         return bool(unchanged_rows(index, [ticket_id], [updated])[0] >= 0)
 

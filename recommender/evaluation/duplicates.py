@@ -260,7 +260,7 @@ def baseline_systems(tickets: Sequence[Ticket], progress: bool = False) -> dict[
 
 class EngineRanker:
     """A trained model scored exactly as serving scores it: the tickets imported into a store in a temporary
-    home, an index version built with the model (`serving.index.build_index`), each query answered by the
+    home, an index version built with the model (`serving.index_build.build_index`), each query answered by the
     engine's own candidate search (K = `settings.candidates`) and scoring (`serving.engine.score_in_process`),
     with the query ticket removed from the candidates (the knowledge base minus itself).
 
@@ -272,7 +272,7 @@ class EngineRanker:
         from ..config import Settings
         from ..data.store import Dataset, Store
         from ..serving.engine import Recommender
-        from ..serving.index import build_index
+        from ..serving.index_build import build_index
 
         base = settings or Settings.from_env()
         self._tmp = Path(tempfile.mkdtemp(prefix="ticketrec-dups-", dir=workdir))

@@ -18,31 +18,29 @@ time differs from the manifest's) and finite values in a sample of vector rows; 
 the newest older version that passes) and never reused by an incremental build. An opened version keeps its mapped
 files open and refuses to be read once one of them changed size or content on disk (`TicketIndex.changed_files`),
 so a truncated file is an IndexStateError rather than a SIGBUS (see docs/internals.md for what remains).
+
+This module reads versions; `index_build.py` writes them, `residency.py` keeps their arrays in memory.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
 import os
-import secrets
-import shutil
 import threading
 import time
 import weakref
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from ..lexical.postings import Bm25Postings, ChunkTerms, PostingsBuilder, postings_files, ticket_terms
+from ..lexical.postings import Bm25Postings, postings_files
 from ..config import Settings
-from ..errors import IndexBusyError, IndexStateError, TicketrecError
-from ..files import atomic_directory, atomic_write_text, disk_full, preallocate, seal_tree
+from ..errors import IndexStateError
+from ..files import atomic_write_text
 from .scoring import PackedVectors
+from .residency import load_into_memory, resident_bytes
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +58,9 @@ MODEL_DIR = "model"
 MAPPED_FILES = (VECTORS_FILE, *postings_files({"impacts": True}))
 #: Rows of vectors.npy checked for finite values when a version is opened (evenly spaced; every row when verified).
 SAMPLED_ROWS = 64
-#: The free-space check wants the estimated size of the new version times SPACE_FACTOR, plus SPACE_SLACK bytes.
-SPACE_FACTOR = 1.1
-SPACE_SLACK = 1 << 20
-#: madvise(2) advice that maps every page of a range now (Linux ≥ 5.14); Python 3.11's mmap lacks the name.
-MADV_POPULATE_READ = 22
-_TMP_PREFIX = ".tmp-"
-_LOCK_FILE = ".build.lock"
-#: Tickets fetched from the store and encoded per step of the build.
-BUILD_BATCH = 512
-
+TMP_PREFIX = ".tmp-"
 _RUN_INDEX = "run `ticketrec index` to build one"
 _REBUILD = "rebuild the index with `ticketrec index --full` (add --model DIR when TICKETREC_MODEL is not the model)"
-
 #: Why a version could not be served by this process (its path → one line), until it opens again; health pages
 #: read it (`serving_warning`).
 _REFUSED: dict[str, str] = {}
@@ -201,7 +189,7 @@ class TicketIndex:
         expected = (self.manifest.get("model") or {}).get("files")
         if not self.model_dir.is_dir() or not expected:
             raise broken(f"no {MODEL_DIR}/ directory in {self.path}")
-        found = _checksums(self.model_dir)
+        found = checksums(self.model_dir)
         changed = sorted(name for name, digest in expected.items() if found.get(name) != digest)
         if changed:
             raise broken(f"{', '.join(changed[:3])} missing or changed since the build (checksums)")
@@ -287,7 +275,7 @@ class TicketIndex:
         and every row (`verify_version`)."""
         path = Path(path)
         manifest = _read_manifest(path)
-        missing, bad = _file_problems(path, manifest, full=full)
+        missing, bad = file_problems(path, manifest, full=full)
         if missing:
             raise IndexStateError(f"index {path} is missing or corrupt ({'; '.join(missing[:3])}); {_REBUILD}")
         if bad:
@@ -329,7 +317,7 @@ class TicketIndex:
         if len(bad):
             guard.close()
             raise IndexStateError(f"index {path} holds non-finite vectors (NaN or infinity) for tickets "
-                                  f"{_some(ticket_ids[int(r)] for r in bad)}; {_REBUILD}")
+                                  f"{some_items(ticket_ids[int(r)] for r in bad)}; {_REBUILD}")
         return cls(path, manifest, ticket_ids, PackedVectors(matrix, dims), updated_at, guard)
 
 
@@ -345,7 +333,7 @@ def nonfinite_rows(matrix: np.ndarray, rows: np.ndarray | None = None, step: int
     return np.concatenate(bad) if bad else np.zeros(0, np.int64)
 
 
-def _some(items, n: int = 5) -> str:
+def some_items(items, n: int = 5) -> str:
     """The first n of many names, and how many there are in all."""
     items = list(items)
     shown = ", ".join(map(str, items[:n]))
@@ -377,7 +365,13 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _file_records(directory: Path) -> dict[str, dict]:
+def checksums(directory: Path) -> dict[str, str]:
+    """sha256 of every file under `directory`, by its path relative to it."""
+    return {path.relative_to(directory).as_posix(): _sha256(path)
+            for path in sorted(p for p in directory.rglob("*") if p.is_file())}
+
+
+def file_records(directory: Path) -> dict[str, dict]:
     """The manifest's `files`: size, sha256 and modification time of every file under `directory` but the manifest."""
     out = {}
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
@@ -388,7 +382,7 @@ def _file_records(directory: Path) -> dict[str, dict]:
     return out
 
 
-def _file_problems(path: Path, manifest: dict, full: bool, extras: bool = False) -> tuple[list[str], list[str]]:
+def file_problems(path: Path, manifest: dict, full: bool, extras: bool = False) -> tuple[list[str], list[str]]:
     """(missing, bad): one line per file of the version at `path` that is missing or unreadable, or whose size, or
     sha256, is not the manifest's. The sha256 is computed when `full`, or when the file's modification time is not
     the manifest's (a copy of the directory, or a write since the build); `extras` also lists unrecorded files.
@@ -433,7 +427,7 @@ def verify_version(settings: Settings, version: str | None = None) -> dict:
     except IndexStateError as exc:
         return {"version": version, "path": str(path), "files": 0, "bytes": 0,
                 "seconds": round(time.perf_counter() - started, 3), "problems": [f"{MANIFEST}: {exc}"]}
-    missing, bad = _file_problems(path, manifest, full=True, extras=True)
+    missing, bad = file_problems(path, manifest, full=True, extras=True)
     problems = missing + bad
     if not isinstance(manifest.get("files"), dict):
         problems.append(f"{MANIFEST}: format {manifest.get('format_version')} records no checksums of the vectors "
@@ -452,134 +446,6 @@ def verify_version(settings: Settings, version: str | None = None) -> dict:
             "seconds": round(time.perf_counter() - started, 3), "problems": problems}
 
 
-def _populate(arr: np.ndarray) -> None:
-    """Fault every page of a memory-mapped array in (one madvise call), then read every page once (`_touch`)."""
-    mm = getattr(arr, "_mmap", None)
-    if mm is not None:
-        try:
-            mm.madvise(MADV_POPULATE_READ)
-        except (OSError, ValueError):
-            pass
-    _touch(arr)
-
-
-def _touch(arr: np.ndarray) -> None:
-    """Read one word of every page of an array (one read per 4 KiB page). Pages mapped long ago and left unread can
-    be slow to reach even while the guest counts them resident (seen on this project's virtual machines at 1M
-    tickets); a read makes them fast again. `benchmarks/serving.py --loading` measures it (docs/results/serving.md,
-    "Loading at open")."""
-    flat = np.asarray(arr).reshape(-1)
-    if flat.size:
-        words = flat.view(np.uint8)
-        words = words[: words.size - words.size % 8].view(np.uint64)
-        int(words[:: max(1, PAGE_SIZE // 8)].sum())
-
-
-#: Memory left free when `load_into_memory` decides whether an index fits: at least this many bytes...
-MIN_HEADROOM = 512 << 20
-#: ...or this share of the machine's memory, whichever is larger.
-HEADROOM_SHARE = 0.05
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_MEMLOCK_HELP = ("raise this process's locked-memory limit (`ulimit -l unlimited`, systemd LimitMEMLOCK=infinity, "
-                 "docker run --ulimit memlock=-1 or --cap-add IPC_LOCK) or lower TICKETREC_INDEX_PIN")
-
-
-def _libc():
-    import ctypes
-
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _span(arr: np.ndarray) -> tuple[int, int]:
-    """(page-aligned start address, length in bytes) of an array's data, for mincore(2) and mlock(2)."""
-    start = np.asarray(arr).ctypes.data
-    aligned = start - start % PAGE_SIZE
-    return aligned, arr.nbytes + (start - aligned)
-
-
-def memory_info() -> dict[str, int]:
-    """{"total", "available"} bytes of this machine's memory (/proc/meminfo's MemTotal and MemAvailable, else sysconf)."""
-    try:
-        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
-        return {"total": int(fields["MemTotal"].split()[0]) * 1024, "available": int(fields["MemAvailable"].split()[0]) * 1024}
-    except (OSError, KeyError, ValueError):
-        pages = os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
-        free = os.sysconf("SC_AVPHYS_PAGES") if hasattr(os, "sysconf") else 0
-        return {"total": pages * PAGE_SIZE, "available": free * PAGE_SIZE}
-
-
-def resident_bytes(arr: np.ndarray) -> int | None:
-    """Bytes of a memory-mapped array whose pages are in memory now (mincore(2), page granularity; None where the
-    system cannot say). For a file mapping it is the page cache: the same figure in every process."""
-    import ctypes
-
-    if arr.nbytes == 0:
-        return 0
-    address, length = _span(arr)
-    vec = np.zeros(-(-length // PAGE_SIZE), np.uint8)
-    try:
-        failed = _libc().mincore(ctypes.c_void_p(address), ctypes.c_size_t(length), vec.ctypes.data_as(ctypes.c_void_p))
-    except (OSError, AttributeError):
-        return None
-    if failed:
-        return None
-    return int(min(arr.nbytes, int(np.count_nonzero(vec & 1)) * PAGE_SIZE))
-
-
-def _lock(arr: np.ndarray) -> OSError | None:
-    """mlock(2) an array's pages (they are read in and stay in memory until unmapped); the error, or None."""
-    import ctypes
-
-    address, length = _span(arr)
-    try:
-        libc = _libc()
-        if libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(length)) == 0:
-            return None
-        errno = ctypes.get_errno()
-    except (OSError, AttributeError) as exc:
-        return OSError(str(exc))
-    return OSError(errno, os.strerror(errno))
-
-
-def load_into_memory(arrays: dict[str, np.ndarray], pin: int = 0, label: str = "index") -> dict:
-    """Load memory-mapped arrays into memory when they fit (`_populate`), then lock (mlock) whole arrays, in order,
-    while their bytes fit in `pin`. They fit when the bytes not yet resident leave MIN_HEADROOM (or HEADROOM_SHARE of
-    the machine's memory) of the available memory free; an index that does not fit is left to be read from disk by
-    the queries (logged), rather than evicting everything else. A lock that fails (the locked-memory limit) is logged
-    once with what to do, and nothing more is locked.
-
-    Returns {"loaded": bool, "bytes", "resident_bytes" (after loading), "locked_bytes", "pin", "reason"}."""
-    total = int(sum(arr.nbytes for arr in arrays.values()))
-    before = [resident_bytes(arr) for arr in arrays.values()]
-    missing = total - int(sum(b or 0 for b in before))
-    memory = memory_info()
-    headroom = max(MIN_HEADROOM, int(memory["total"] * HEADROOM_SHARE))
-    loaded = missing <= memory["available"] - headroom
-    reason = None
-    if loaded:
-        for arr in arrays.values():
-            _populate(arr)
-    else:
-        reason = (f"{label}: {missing / 2**30:.1f} GiB of it are not in memory and {memory['available'] / 2**30:.1f} GiB "
-                  f"are available; not loaded at open, so queries read its pages from disk (more memory, a float16 "
-                  f"index or more shards make it fit)")
-        log.warning("%s", reason)
-    locked, budget = 0, int(pin) if loaded else 0
-    for name, arr in arrays.items():
-        if not 0 < arr.nbytes <= budget:
-            continue
-        error = _lock(arr)
-        if error is not None:
-            reason = f"{label}: could not lock {name} ({arr.nbytes:,} bytes) in memory ({error.strerror or error}); {_MEMLOCK_HELP}"
-            log.warning("%s", reason)
-            break
-        locked += arr.nbytes
-        budget -= arr.nbytes
-    after = [resident_bytes(arr) for arr in arrays.values()]
-    return {"loaded": loaded, "bytes": total, "resident_bytes": None if None in after else int(sum(after)),
-            "locked_bytes": int(locked), "pin": int(pin), "reason": reason}
-
-
 def shard_bounds(n: int, shard: int, n_shards: int) -> tuple[int, int]:
     """Row range [start, stop) of shard `shard` when n rows are cut into `n_shards` near-equal slices."""
     if n_shards < 1 or not 0 <= shard < n_shards:
@@ -587,7 +453,6 @@ def shard_bounds(n: int, shard: int, n_shards: int) -> tuple[int, int]:
     return n * shard // n_shards, n * (shard + 1) // n_shards
 
 
-# -- where versions live -------------------------------------------------------------------------------------
 def current_version(settings: Settings) -> str | None:
     """The version `CURRENT` points at, or None before the first build."""
     try:
@@ -681,439 +546,4 @@ def switch_current(settings: Settings, version: str) -> None:
         TicketIndex.open(settings.indexes_dir / version).close()
     except IndexStateError as exc:
         raise IndexStateError(f"refusing to switch to index {version}: {exc}") from exc
-    atomic_write_text(settings.indexes_dir / CURRENT_FILE, version + "\n", prefix=_TMP_PREFIX)
-
-
-@contextmanager
-def _build_lock(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / _LOCK_FILE, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise IndexBusyError(f"another index build is running in {root}; wait for it to finish") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _remove_stale_temporaries(root: Path) -> None:
-    """Remove what killed builds left behind (only called while holding the build lock)."""
-    for p in root.iterdir():
-        if p.name.startswith(_TMP_PREFIX) and p.name != _LOCK_FILE:
-            log.info("removing %s left by an interrupted build", p)
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-
-
-def prune(settings: Settings) -> list[str]:
-    """Delete the oldest versions beyond `settings.keep_indexes` (never the current one); returns the deleted."""
-    keep = max(1, settings.keep_indexes)
-    current = current_version(settings)
-    versions = list_versions(settings)
-    doomed = [v for v in versions[: max(0, len(versions) - keep)] if v != current]
-    for v in doomed:
-        shutil.rmtree(settings.indexes_dir / v, ignore_errors=True)
-    return doomed
-
-
-# -- building --------------------------------------------------------------------------------------------------
-def _new_version_name(existing: Sequence[str] = ()) -> str:
-    """A name that sorts after every existing version: UTC time to the microsecond, plus a random tag."""
-    while True:
-        now = time.time()
-        name = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now % 1 * 1e6):06d}-{secrets.token_hex(3)}"
-        if not existing or name[:21] > max(existing)[:21]:
-            return name
-        time.sleep(0.001)
-
-
-def _checksums(directory: Path) -> dict[str, str]:
-    """sha256 of every file under `directory`, by its path relative to it."""
-    out = {}
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        digest = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        out[path.relative_to(directory).as_posix()] = digest.hexdigest()
-    return out
-
-
-def _store_model(version_dir: Path, model, prev: TicketIndex | None) -> dict:
-    """Put the model into `version_dir/model/`: hard links to the previous version's copy when it is the same model
-    (its files verified), else `model.save`; returns the manifest's "model" entry (fingerprint, file checksums)."""
-    target = version_dir / MODEL_DIR
-    expected = (prev.manifest.get("model") or {}).get("files") if prev is not None else None
-    if expected and prev.model_version == model.version and prev.model_dir.is_dir():
-        try:
-            for name in expected:
-                dst = target / name
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    os.link(prev.model_dir / name, dst)
-                except OSError:  # another file system, or no hard links here
-                    shutil.copy2(prev.model_dir / name, dst)
-        except OSError as exc:
-            log.info("cannot reuse the model files of index %s (%s); saving the model again", prev.version, exc)
-        files = _checksums(target) if target.is_dir() else {}
-        if files == expected:
-            return {"dir": MODEL_DIR, "version": model.version, "files": files, "bytes": _size(target)}
-        shutil.rmtree(target, ignore_errors=True)
-    model.save(target)
-    return {"dir": MODEL_DIR, "version": model.version, "files": _checksums(target), "bytes": _size(target)}
-
-
-def _size(directory: Path) -> int:
-    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
-
-
-def _reusable(prev: TicketIndex | None, model, dtype: str) -> bool:
-    """Can `prev`'s rows be copied: the same model, dtype and stored vectors (an index built before vectors of
-    weight 0 were left out holds more keys; it is rebuilt in full once)."""
-    return (prev is not None and prev.model_version == model.version and prev.manifest.get("dtype") == dtype
-            and set(prev.manifest.get("keys", {})) == model.served_keys("ticket"))
-
-
-def _reuse_problems(prev: TicketIndex) -> list[str]:
-    """Why the rows and postings of `prev` must not be copied into a new version (empty: every checksum verifies)."""
-    if not isinstance(prev.manifest.get("files"), dict):
-        return [f"format {prev.manifest.get('format_version')} records no checksums of its vectors and postings"]
-    missing, bad = _file_problems(prev.path, prev.manifest, full=True)
-    return missing + bad + prev.changed_files()
-
-
-def _estimate_bytes(store, model, ids: list[str], prev: TicketIndex | None, dtype: np.dtype) -> int:
-    """About how many bytes the new version takes on disk: the vectors (the previous version's width for the same
-    model, else one encoded ticket's), the other files at the previous version's bytes per ticket (else the postings
-    of a sample of tickets), and the model's files unless they are hard links to the previous version's."""
-    n = len(ids)
-    model_dir = getattr(model, "path", None)
-    model_bytes = _size(Path(model_dir)) if model_dir and Path(model_dir).is_dir() else 0
-    same_model = prev is not None and len(prev) > 0 and prev.model_version == model.version
-    if same_model:
-        width = prev._vectors.matrix.shape[1]
-        model_bytes = 0
-    else:
-        width = sum(arr.shape[1] for arr in model.encode_tickets(store.get_tickets(ids[:1])).values())
-    if prev is not None and len(prev):
-        sizes = {p.relative_to(prev.path).as_posix(): p.stat().st_size for p in prev.path.rglob("*") if p.is_file()}
-        prev_model = sum(b for name, b in sizes.items() if name.startswith(MODEL_DIR + "/"))
-        per_row = (sum(sizes.values()) - prev_model - sizes.get(VECTORS_FILE, 0)) / len(prev)
-        if not same_model and not model_bytes:
-            model_bytes = prev_model
-    else:
-        sample = store.get_tickets(ids[:: max(1, n // 256)][:256])
-        terms = ticket_terms(sample)  # postings: 12 bytes each (row, impact, tf); terms; lengths, timestamps, ids
-        per_row = (len(terms.docs) * 12 + sum(len(t) + 4 for t in terms.terms)) / max(1, len(sample)) + 12 + \
-            sum(len(i) + 4 for i in ids[:256]) / min(n, 256)
-    return int(n * (width * dtype.itemsize + per_row) + model_bytes)
-
-
-class _DiskFull(Exception):
-    """A build step failed on a full disk (the step's own error is the cause)."""
-
-
-@contextmanager
-def _full_disk_detected(root: Path) -> Iterator[None]:
-    """Re-raise an error of a build step as _DiskFull when the disk is full: torch, zipfile and others hide the
-    ENOSPC behind errors of their own, so the free space is read at once, before the temporary files go."""
-    try:
-        yield
-    except Exception as exc:
-        if disk_full(exc) or (not isinstance(exc, TicketrecError) and shutil.disk_usage(root).free < SPACE_SLACK):
-            raise _DiskFull(f"{type(exc).__name__}: {exc}") from exc
-        raise
-
-
-def _check_free_space(root: Path, needed: int) -> None:
-    """IndexStateError naming the free and the needed bytes when the disk of `root` cannot hold `needed` bytes."""
-    free = shutil.disk_usage(root).free
-    if free < needed:
-        raise IndexStateError(
-            f"not enough free disk space for a new index version in {root}: {free:,} bytes free, about {needed:,} "
-            "needed; free some space (older versions are pruned only after a build: lower TICKETREC_KEEP_INDEXES "
-            "or delete old version folders) and run `ticketrec index` again")
-
-
-def stored_tickets(store) -> tuple[list[str], np.ndarray]:
-    """The store's ticket ids in their stored order and each one's last update time (what a build encodes)."""
-    versions = store.ticket_versions()
-    ids = [tid for tid in store.ticket_ids() if tid in versions]
-    return ids, np.array([versions[tid] for tid in ids], np.float64)
-
-
-def unchanged_rows(index: TicketIndex, ids: Sequence[str], updated: Sequence[float] | np.ndarray) -> np.ndarray:
-    """For each ticket of `ids` (last updated at `updated`, the store's times), its row in `index` when the index
-    holds it as it is now, else -1 (a ticket new since the build, or changed)."""
-    rows = np.full(len(ids), -1, np.int64)
-    lookup = index.row_of
-    for i, tid in enumerate(ids):
-        row = lookup.get(tid)
-        if row is not None and index.updated_at[row] == updated[i]:
-            rows[i] = row
-    return rows
-
-
-def build_index(store, model, settings: Settings, incremental: bool = True, float16: bool | None = None,
-                progress: bool = True, prefilter=None, workers: int | None = None) -> str:
-    """Encode the store's tickets into a new immutable index version, verify it, switch CURRENT to it; its name.
-
-    Incremental: rows of tickets unchanged since the current version (same model, same dtype) are copied, only
-    new or changed tickets are encoded; when nothing changed the current version is returned as is. The current
-    version's files are verified against every checksum first: one that fails is not reused (a full build, logged).
-    `prefilter`: a BM25 backend whose `index(tickets)` must be fed (Elasticsearch); FTS5 is kept in sync by the
-    store itself, and every version writes its own BM25 postings, so those need nothing.
-    `float16`: store the vectors as float16 (True) or float32 (False); None: TICKETREC_INDEX_DTYPE
-    (`settings.vector_dtype`: auto = float16 from 100,000 tickets up). A version of another dtype is never reused.
-    `workers` > 1 encodes in that many forked processes (the model is shared by fork, not reloaded); the batches
-    are the same as the serial build's, so the matrices are byte-identical. None: `settings.encoding_processes`.
-    Before writing, the free disk space is checked against the estimated size; a disk that fills up anyway is an
-    IndexStateError saying so, and every failure removes the build's temporary files.
-    """
-    if workers is None:
-        workers = settings.encoding_processes
-    if workers < 1:
-        raise IndexStateError(f"workers must be at least 1, not {workers}")
-    root = settings.indexes_dir
-    with _build_lock(root):
-        _remove_stale_temporaries(root)
-        prev = None
-        full_because = None
-        if current_version(settings) is not None:
-            try:
-                prev = open_current(settings, fallback=False)
-            except IndexStateError as exc:
-                full_because = f"the current index cannot be reused ({exc})"
-                log.warning("%s; building from scratch", full_because)
-        ids, updated = stored_tickets(store)
-        if not ids:
-            raise IndexStateError("the knowledge base is empty; import tickets first (`ticketrec import FILE`)")
-        dtype = settings.vector_dtype(len(ids)) if float16 is None else ("float16" if float16 else "float32")
-
-        reuse_src = np.full(len(ids), -1, np.int64)
-        if incremental and _reusable(prev, model, dtype):
-            problems = _reuse_problems(prev)
-            if problems:
-                full_because = f"index {prev.version} fails verification ({'; '.join(problems[:3])})"
-                log.warning("%s; not reusing its rows: encoding every ticket again (a full build)", full_because)
-                prev = None
-        if incremental and _reusable(prev, model, dtype):
-            reuse_src = unchanged_rows(prev, ids, updated)
-            if (reuse_src >= 0).all() and len(prev) == len(ids) and (reuse_src == np.arange(len(ids))).all():
-                log.info("index %s is up to date (%d tickets); nothing to build", prev.version, len(ids))
-                return prev.version
-        to_encode = np.flatnonzero(reuse_src < 0)
-        workers = min(workers, -(-len(to_encode) // BUILD_BATCH) or 1)  # a small build is not worth a fork
-        needed = int(_estimate_bytes(store, model, ids, prev, np.dtype(dtype)) * SPACE_FACTOR) + SPACE_SLACK
-        _check_free_space(root, needed)
-
-        version = _new_version_name(list_versions(settings))
-        started = time.time()
-        try:
-            with atomic_directory(root / version, prefix=f"{_TMP_PREFIX}{version}.") as tmp, _full_disk_detected(root):
-                keys, bm25_stats = _write_matrices(tmp, store, model, ids, reuse_src, to_encode, prev,
-                                                   np.dtype(dtype), progress, prefilter, workers)
-                model_entry = _store_model(tmp, model, prev)
-                np.save(tmp / UPDATED_FILE, updated)
-                (tmp / IDS_FILE).write_text(json.dumps(ids))
-                seal_tree(tmp)  # read-only from now on: no reader's file can be rewritten by mistake
-                manifest = {
-                    "format_version": FORMAT_VERSION,
-                    "version": version,
-                    "model_version": model.version,
-                    "model_path": str(getattr(model, "path", "") or ""),
-                    "model": model_entry,
-                    "metric_spec": model.metric_spec(),
-                    "created_at": time.time(),
-                    "n_tickets": len(ids),
-                    "encoded": int(len(to_encode)),
-                    "reused": int(len(ids) - len(to_encode)),
-                    "previous": prev.version if prev is not None else None,
-                    "full_build_reason": full_because if incremental else None,
-                    "dtype": dtype,
-                    "keys": keys,
-                    "prefilter": settings.prefilter,
-                    "bm25": bm25_stats,
-                    "files": _file_records(tmp),
-                    "build_seconds": round(time.time() - started, 3),
-                }
-                (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
-                seal_tree(tmp)
-                built = TicketIndex.open(tmp)  # verify: sizes, shapes, sampled rows (every row was checked above)
-                built.bm25  # noqa: B018 - opening verifies the postings
-                built.model  # noqa: B018 - so does loading the model copy (checksums, fingerprint)
-                built.close()
-                if built.model_version != model.version or len(built) != len(ids):
-                    raise IndexStateError(f"the build in {tmp} did not verify; the current index is unchanged")
-            try:
-                switch_current(settings, version)
-            except BaseException:
-                shutil.rmtree(root / version, ignore_errors=True)
-                raise
-            if prefilter is not None and prev is not None:  # tickets removed from the store since `prev`
-                kept = set(ids)
-                try:
-                    prefilter.remove([tid for tid in prev.ticket_ids if tid not in kept])
-                except TicketrecError as exc:  # harmless meanwhile: a candidate the index lacks is skipped
-                    log.warning("the pre-filter still holds tickets removed from the store (%s); `ticketrec "
-                                "prefilter-index` rebuilds it", exc)
-        except (_DiskFull, OSError) as exc:
-            if not isinstance(exc, _DiskFull) and not disk_full(exc):
-                raise
-            serving = current_version(settings)
-            raise IndexStateError(
-                f"the disk holding {root} filled up during the index build ({shutil.disk_usage(root).free:,} bytes "
-                f"free now that its partial files are removed, about {needed:,} needed); "
-                + (f"index {serving} still serves" if serving else "no index serves yet")
-                + "; free some space and run `ticketrec index` again") from exc
-        removed = prune(settings)
-        log.info("index %s: %d tickets (%d encoded, %d reused); pruned %s", version, len(ids), len(to_encode),
-                 len(ids) - len(to_encode), removed or "nothing")
-        return version
-
-
-_WORKER_MODEL = None  # the model a forked encoding worker inherited from the building process
-
-
-def _set_worker_model(model, parent: int) -> None:
-    import torch
-
-    global _WORKER_MODEL
-    _WORKER_MODEL = model
-    torch.set_num_threads(1)  # one process per core; and OpenMP thread pools do not survive a fork
-    _die_with_parent(parent)
-
-
-def _die_with_parent(parent: int) -> None:
-    """Have Linux kill this encoding worker when the build process dies (even by SIGKILL), so a killed build
-    leaves no orphans behind; elsewhere the pool's own shutdown has to do."""
-    import ctypes
-    import signal
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before the call above took effect
-        os._exit(1)
-
-
-def _encode(model, tickets: list) -> tuple[dict[str, np.ndarray], ChunkTerms]:
-    """A chunk's vectors and its BM25 term counts (both are per-ticket work, so both go to the workers)."""
-    return model.encode_tickets(tickets), ticket_terms(tickets)
-
-
-def _encode_in_worker(tickets: list) -> tuple[dict[str, np.ndarray], ChunkTerms]:
-    return _encode(_WORKER_MODEL, tickets)
-
-
-def _encode_chunks(model, chunks: Iterator[tuple[np.ndarray, list]], workers: int
-                   ) -> Iterator[tuple[np.ndarray, list, tuple]]:
-    """(positions, tickets, (encoded, terms)) per chunk, in order; `workers` > 1 encodes in forked processes.
-
-    Each chunk is encoded whole by one process with the same batches as the serial path, so results are identical.
-    """
-    import multiprocessing
-
-    if workers > 1 and multiprocessing.current_process().daemon:
-        log.info("encoding in this process: a daemonic process (a Celery prefork child) cannot start workers")
-        workers = 1
-    if workers <= 1:
-        for positions, tickets in chunks:
-            yield positions, tickets, _encode(model, tickets)
-        return
-    from collections import deque
-    from concurrent.futures import ProcessPoolExecutor
-
-    getattr(model, "_ensure_inference", lambda: None)()  # before the fork, so every worker inherits a ready model
-    ctx = multiprocessing.get_context("fork")
-    pending: deque = deque()
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_set_worker_model,
-                             initargs=(model, os.getpid())) as pool:
-        try:
-            for positions, tickets in chunks:
-                pending.append((positions, tickets, pool.submit(_encode_in_worker, tickets)))
-                if len(pending) >= 2 * workers:
-                    positions, tickets, future = pending.popleft()
-                    yield positions, tickets, future.result()
-            while pending:
-                positions, tickets, future = pending.popleft()
-                yield positions, tickets, future.result()
-        finally:
-            for _, _, future in pending:
-                future.cancel()
-
-
-def _write_matrices(tmp: Path, store, model, ids: list[str], reuse_src: np.ndarray, to_encode: np.ndarray,
-                    prev: TicketIndex | None, dtype: np.dtype, progress: bool, prefilter,
-                    workers: int = 1) -> tuple[dict[str, int], dict]:
-    """Fill `vectors.npy` (one record per ticket) and the BM25 postings: encoded rows for `to_encode`, copied
-    rows for the rest. Returns the widths of the EncodedBatch keys and the BM25 statistics."""
-    n = len(ids)
-    postings = PostingsBuilder(n, workdir=tmp)  # spilled postings: unlinked temporary files beside the version
-
-    def allocate(shapes: dict[str, int]) -> PackedVectors:
-        matrix = np.lib.format.open_memmap(tmp / VECTORS_FILE, mode="w+", dtype=dtype, shape=(n, sum(shapes.values())))
-        preallocate(tmp / VECTORS_FILE)  # a full disk is an OSError now, not a SIGBUS while writing the map
-        return PackedVectors(matrix, shapes)
-
-    vectors = allocate(prev.vectors.dims) if prev is not None and len(to_encode) < n else None
-
-    def chunks() -> Iterator[tuple[np.ndarray, list]]:
-        for start in range(0, len(to_encode), BUILD_BATCH):
-            positions = to_encode[start : start + BUILD_BATCH]
-            batch_ids = [ids[p] for p in positions]
-            tickets = store.get_tickets(batch_ids)
-            if len(tickets) != len(batch_ids):
-                found = {t.id for t in tickets}
-                missing = [tid for tid in batch_ids if tid not in found]
-                raise IndexStateError(f"tickets {missing[:5]} vanished from the store during the build; run it again")
-            yield positions, tickets
-
-    bar = tqdm(total=len(to_encode), desc="encoding tickets", unit="ticket", disable=not progress)
-    try:
-        for positions, tickets, (encoded, terms) in _encode_chunks(model, chunks(), workers):
-            if vectors is None:
-                vectors = allocate({key: arr.shape[1] for key, arr in encoded.items()})
-            if set(encoded) != set(vectors):
-                raise IndexStateError(f"the model encodes {sorted(encoded)}, the index holds {sorted(vectors)}; "
-                                      f"rebuild without reuse (`ticketrec index --full`)")
-            for key, arr in encoded.items():
-                arr = np.asarray(arr)
-                if arr.shape != (len(positions), vectors.dims[key]):
-                    raise IndexStateError(f"the model returned {key} of shape {arr.shape} for {len(positions)} tickets")
-                bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
-                if len(bad):
-                    raise IndexStateError(f"the model encoded non-finite {key} vectors (NaN or infinity) for tickets "
-                                          f"{_some(ids[int(positions[b])] for b in bad)}; check the model (its weights, "
-                                          "or those tickets' text), then rebuild; the current index is unchanged")
-                vectors[key][positions] = arr
-            postings.add(positions, terms)
-            if prefilter is not None:
-                prefilter.index(tickets, progress=False)
-            bar.update(len(positions))
-    finally:
-        bar.close()
-
-    reused = np.flatnonzero(reuse_src >= 0)
-    if vectors is None:
-        raise IndexStateError("nothing was encoded or reused; the build is empty")
-    matrix = vectors.matrix
-    step = 65536
-    source = prev.vectors.matrix if len(reused) else None
-    for start in range(0, len(reused), step):  # reuse happens only for the same model: the same layout
-        dst = reused[start : start + step]
-        block = source[reuse_src[dst]]
-        bad = np.flatnonzero(~np.isfinite(block).all(axis=1))
-        if len(bad):
-            raise IndexStateError(f"index {prev.version} holds non-finite vectors (NaN or infinity) for tickets "
-                                  f"{_some(ids[int(dst[b])] for b in bad)}; rebuild with `ticketrec index --full`")
-        matrix[dst] = block
-    matrix.flush()
-    if len(reused):
-        new_row_of_prev = np.full(len(prev), -1, np.int64)
-        new_row_of_prev[reuse_src[reused]] = reused
-        postings.add_reused(prev.bm25, new_row_of_prev)
-    return dict(vectors.dims), postings.write(tmp)
+    atomic_write_text(settings.indexes_dir / CURRENT_FILE, version + "\n", prefix=TMP_PREFIX)

@@ -11,7 +11,8 @@ from pathlib import Path
 from ..config import Settings
 from ..data.store import Store
 from ..model.bundle import TicketModel
-from .index import TicketIndex, build_index, current_version, open_current, stored_tickets, unchanged_rows
+from .index import TicketIndex, current_version, open_current
+from .index_build import build_index, stored_tickets, unchanged_rows
 
 
 def default_model_dir(settings: Settings) -> Path:
