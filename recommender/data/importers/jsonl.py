@@ -56,6 +56,7 @@ def _mapped_json_ticket(parsed: Parsed, where: str, record: dict, seen: set[str]
 
 
 def parse_jsonl(parsed: Parsed, progress: bool) -> None:
+    """Read a JSONL file into `parsed`: ticketrec's own records, or with a mapping an export's tickets."""
     seen: set[str] = set()  # the fields any record of a mapped export has
     _read_jsonl(parsed, progress, seen)
     if parsed.mapping is not None:

@@ -115,6 +115,8 @@ class Parsed:
 
 
 def text_field(parsed: Parsed, where: str, record: dict, name: str, required: bool = True) -> str:
+    """The text of field `name` of `record` (a list of strings joined for the joined fields), checked and stripped;
+    "" when it is missing and not `required`."""
     if name not in record or record[name] is None:
         if required:
             raise parsed.fail(where, f"missing field {name!r}", f"add {name!r} to the record")
@@ -132,6 +134,7 @@ def text_field(parsed: Parsed, where: str, record: dict, name: str, required: bo
 
 
 def id_field(parsed: Parsed, where: str, record: dict, name: str) -> str:
+    """The id in field `name` of `record` (a string or an integer), checked."""
     value = record.get(name)
     if value is None:
         raise parsed.fail(where, f"missing field {name!r}", f"add {name!r} to the record")
@@ -187,6 +190,7 @@ def ticket_field(parsed: Parsed, where: str, record: dict, metadata: dict) -> Ti
 
 
 def query_field(parsed: Parsed, where: str, record: dict, prefix: str = "") -> Query:
+    """A query from a record's fields (`prefix` + id, subject, description: "query_" in a pairs table)."""
     query_id = id_field(parsed, where, record, prefix + "id")
     query = Query(
         parsed.clip("query", query_id, "subject", text_field(parsed, where, record, prefix + "subject")),
@@ -221,14 +225,15 @@ def feedback_field(parsed: Parsed, where: str, record: dict) -> Feedback:
 
 
 def progress_bar(path: Path, enabled: bool) -> tqdm:
+    """A progress bar over the bytes of the file being read (shown only when `enabled`)."""
     size = path.stat().st_size
     return tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {path.name}", disable=not enabled, leave=False)
 
 
 def column_names(names: Sequence[str], limit: int = 40) -> str:
     """Column names for a one-line message: white space folded, long names cut, at most `limit` of them."""
-    shown = [repr(SPACES.sub(" ", str(n)).strip()[:60]) for n in names[:limit]]
-    return ", ".join(shown) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    listed = [repr(SPACES.sub(" ", str(n)).strip()[:60]) for n in names[:limit]]
+    return ", ".join(listed) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def import_limits(settings: Settings | None) -> tuple[int, int]:

@@ -87,6 +87,7 @@ def _parse_orgquestion(parsed: Parsed, org) -> None:
 
 
 def parse_semeval(parsed: Parsed, progress: bool) -> None:
+    """Read a SemEval-2016/2017 Task 3 XML file into `parsed`, one OrgQuestion at a time."""
     import xml.etree.ElementTree as ET
 
     from defusedxml import DefusedXmlException

@@ -80,6 +80,7 @@ def _delimiter(first_line: str) -> str:
 
 
 def parse_csv(parsed: Parsed, progress: bool) -> None:
+    """Read a CSV file into `parsed` (`parse_table`), its delimiter told by the header row."""
     with open(parsed.path, "rb") as raw, progress_bar(parsed.path, progress) as bar:
         # the header row, at most 1 MiB of it (a file of one huge line is refused by the reader below)
         delimiter = _delimiter(raw.readline(1 << 20).decode("utf-8-sig", errors="replace"))
