@@ -19,10 +19,12 @@ from recommender.model.calibration import Calibrator
 from recommender.model.embeddings import word2vec_epochs
 from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs
 from recommender.model.siamese import MERGED
+from recommender.model import unsupervised
 from recommender.model.unsupervised import (CALIBRATION_BAND, LABEL_FREE_GRID, MAX_LSTM_QUERIES, PASTED, RANK_LOSS,
-                                            RankedSlice, band_negatives, combination_spec, grid_results,
-                                            lstm_training_pairs, mrr_at_k, pairs_against_empty_fields, select_by_rank,
-                                            W2V_UPDATES, smoothed_stderr, train_without_labels)
+                                            RankedSlice, band_is_no, band_negatives, band_position, combination_spec,
+                                            grid_results, lstm_training_pairs, mined_band_position, mined_calibration,
+                                            mrr_at_k, pairs_against_empty_fields, select_by_rank, W2V_UPDATES,
+                                            smoothed_stderr, train_without_labels)
 
 #: The tiny dimensions of tests/conftest.py's models, no pretrained channel (no MiniLM in a unit test).
 TINY = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 6, "topic_vocab": 80, "topic_epochs": 2,
@@ -262,6 +264,59 @@ def test_band_negatives_leave_out_every_ticket_labelled_above_no(label_free):
     assert np.isclose(served[order][judged + low - 1:judged + high], g[0], rtol=1e-5).any()
 
 
+def test_the_band_position_runs_from_the_random_tickets_to_the_own_ones():
+    """0 where the band's median raw score is the random tickets' median, 1 at the own tickets', the midpoint where
+    the band stops being NO; NaN (the band stays NO) when the own tickets do not score above the random ones."""
+    own, random = np.array([0.6, 0.7, 0.8]), np.array([0.2, 0.3, 0.4])
+    assert band_position(own, random, np.array([0.25, 0.3, 0.9])) == pytest.approx(0.0)
+    assert band_position(own, random, np.array([0.7])) == pytest.approx(1.0)
+    assert band_position(own, random, np.array([0.1, 0.5, 0.9])) == pytest.approx(0.5)
+    assert band_is_no(0.0) and band_is_no(0.49) and not band_is_no(0.5) and not band_is_no(0.8)
+    assert np.isnan(band_position(random, own, own)) and band_is_no(float("nan"))
+    assert np.isnan(band_position(own, random, np.array([]))) and np.isnan(mined_band_position({}))
+
+
+def test_training_leaves_the_band_out_of_the_no_pairs_where_it_scores_like_the_own_tickets(label_free, tmp_path,
+                                                                                           monkeypatch):
+    """Training records where its band lies (`band_position`, the figure `mined_calibration` gives again) and whether
+    it calibrated the band as NO. Where the band scores like the queries' own tickets (a knowledge base of large
+    clusters; here forced with a threshold below every position), the same training leaves it out: the network and
+    weights are the same, the calibrator fits on fewer pairs, and the band's tickets score higher."""
+    home, model_dir, tickets, _ = label_free
+    base = TicketModel.load(model_dir)
+    recorded = base.meta["training"]["calibration_band"]
+    scorer = Bm25Scorer(tickets) if base.metric_spec().get("bm25") else None
+    parts = mined_calibration(base, tickets, scorer)
+    band_g = next(g for name, (g, _) in parts.items() if "ranked" in name)
+    assert recorded["position"] == pytest.approx(mined_band_position(parts), abs=1e-3)
+    assert recorded["as_no"] and band_is_no(recorded["position"])  # these synthetic tickets do not recur in clusters
+
+    monkeypatch.setattr(unsupervised, "BAND_AS_OWN", float("-inf"))
+    (tmp_path / "tiny.json").write_text(json.dumps(TINY))
+    result = CliRunner().invoke(main, ["train", "--out", str(tmp_path / "M"), "--config", str(tmp_path / "tiny.json")],
+                                env=_env(home))
+    assert result.exit_code == 0, result.output
+    assert "not taken as NO" in result.output
+    clustered = TicketModel.load(tmp_path / "M")
+    assert clustered.meta["training"]["calibration_band"] == dict(recorded, as_no=False)
+    assert clustered.metric_spec() == base.metric_spec()
+    weights = zip(clustered.net.state_dict().values(), base.net.state_dict().values())
+    assert all(np.array_equal(a, b) for a, b in weights)
+    assert clustered.meta["training"]["calibration_pairs"] == base.meta["training"]["calibration_pairs"] - len(band_g)
+    assert np.median(clustered.calibrate(band_g)) > np.median(base.calibrate(band_g))
+
+    # `train --with-feedback` refits by the same decision: neither its judged queries' band nor the mined one is NO
+    from recommender.model.feedback import fine_tune
+
+    judged = tickets[20:28]
+    queries = [Query(f"{t.subject} again", t.description[:60], id=f"fb-{i}") for i, t in enumerate(judged)]
+    feedback = Dataset(list(judged), queries, [LabeledPair(q.id, t.id, 5.0) for q, t in zip(queries, judged)],
+                       source="feedback")
+    _, report = fine_tune(clustered, feedback, None, tmp_path / "tuned", seed=0, epochs=1, progress=False,
+                          knowledge_base=tickets)
+    assert {"judged", "random NO", "mined own-ticket YES", "mined random NO"} == set(report["calibration"])
+
+
 def _serving_engine(home, model_dir):
     """The serving engine over an index of the home's tickets built with `model_dir` (every ticket scored)."""
     from recommender.config import Settings
@@ -341,7 +396,8 @@ def test_feedback_refits_the_calibrator_on_the_mined_pairs_too_and_keeps_the_pro
     _, report = fine_tune(base, feedback, None, tuned_dir, seed=0, epochs=1, progress=False, knowledge_base=tickets)
     fitted = report["calibration"]
     mined = {name: c["pairs"] for name, c in fitted.items() if name.startswith("mined ")}
-    assert len(mined) == 3 and sum(mined.values()) == base.meta["training"]["calibration_pairs"]
+    band_as_no = base.meta["training"]["calibration_band"]["as_no"]
+    assert len(mined) == 2 + band_as_no and sum(mined.values()) == base.meta["training"]["calibration_pairs"]
     assert fitted["mined own-ticket YES"]["median_score"] > 4.0 > fitted["mined random NO"]["median_score"]
     engine = _serving_engine(home, tuned_dir)
     for ticket in tickets[:5]:

@@ -22,8 +22,8 @@ from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fi
 from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
-from .unsupervised import (CALIBRATION_BAND, CALIBRATION_NEGATIVES, band_negatives, mined_calibration,
-                           select_by_rank, set_weights_on_filled_fields)
+from .unsupervised import (CALIBRATION_BAND, CALIBRATION_NEGATIVES, band_is_no, band_negatives, mined_band_position,
+                           mined_calibration, select_by_rank, set_weights_on_filled_fields)
 from ..lexical.bm25 import Bm25Scorer
 
 #: The fewest relevant judgements (YES/REL pairs) that may re-select the channel and pair weights.
@@ -172,7 +172,8 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
     (`unsupervised.band_negatives`) as NO, as label-free training calibrates: feedback is mostly YES, and a
     calibrator fitted on one label maps every score to it. A label-free model's own calibration pairs, mined again
     from the knowledge base (`unsupervised.mined_calibration`), join them: a few dozen judgements adjust the scale
-    rather than define it. Returns the calibrator (None when there is nothing to fit on) and the pairs it was fitted
+    rather than define it. Where the mined band is not NO (`unsupervised.band_is_no`: a knowledge base of large
+    clusters) neither band is. Returns the calibrator (None when there is nothing to fit on) and the pairs it was fitted
     on: how many of each kind and their median calibrated score."""
     pairs = data.pairs
     parts = {"judged": (pair_scores(model, data), pairs.y)}
@@ -195,9 +196,13 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
                                                                    model.prepare(negatives.tickets, "ticket", progress),
                                                                    lex)), negatives.y)
         kb_scorer = kb if data.lexical is not None else None  # its first rows are `tickets`
-        parts[f"ranked {CALIBRATION_BAND[0]}th-{CALIBRATION_BAND[1]}th NO"] = band_negatives(
-            model, data, tickets, kb_scorer, seed, progress)
-        parts.update(mined_calibration(model, tickets, kb_scorer, progress))
+        mined = mined_calibration(model, tickets, kb_scorer, progress)
+        if not mined or band_is_no(mined_band_position(mined)):  # as training decided (`band_is_no`)
+            parts[f"ranked {CALIBRATION_BAND[0]}th-{CALIBRATION_BAND[1]}th NO"] = band_negatives(
+                model, data, tickets, kb_scorer, seed, progress)
+        else:
+            mined = {name: part for name, part in mined.items() if "ranked" not in name}
+        parts.update(mined)
     g = np.concatenate([part[0] for part in parts.values()])
     y = np.concatenate([part[1] for part in parts.values()])
     if len(np.unique(y)) < 2:

@@ -12,7 +12,9 @@
        weights with the best MRR@10 of the own ticket over both win;
     5. calibration (`Calibrator.fit_centered`) on pairs scored as serving scores them: a held-out ticket's own
        subject query against the full ticket (YES 5), against random tickets (NO 1) and against a ticket it ranks
-       between 5th and 20th (NO 1: what an unrelated best match scores, `band_negatives`), plus any labels.
+       between 5th and 20th (NO 1: what an unrelated best match scores, `band_negatives`; left out where those score
+       more like the own tickets than like random ones, a knowledge base of large clusters: `band_is_no`), plus
+       any labels.
 
 Pairs whose ticket side the mined training pairs never show (the view has no subject, so SUB1–SUB2; DESC1–…
 without a description prefix) are left out of training (weight 0 meanwhile); SUB1–SUB2 is selected on the
@@ -93,6 +95,11 @@ CALIBRATION_NEGATIVES = 4
 #: (`band_negatives`), and how many tickets it ranks (a random sample when the knowledge base is larger).
 CALIBRATION_BAND = (5, 20)
 BAND_TICKETS = 1000
+#: The band's tickets are not NO pairs when their median raw score lies at least this far from the random tickets'
+#: toward the queries' own tickets' (`band_position`; 0.5: nearer the own tickets than the random ones): there they
+#: are mostly the query's own problem, a help desk whose tickets recur in large clusters (a synthetic one of 30
+#: problems: 0.67; SeaMonkey 0.16, SemEval-2016 0.19-0.29; docs/internals.md, "The score promises").
+BAND_AS_OWN = 0.5
 #: Query-view cells (over all slices) from which the grid's pair weightings are ranked on several threads when numba
 #: is missing: below it numpy's small operations hold the GIL, and two threads took twice one thread's time (3 slices
 #: of 40 queries × 200 views: 24,000 cells; SeaMonkey's 3 × 161 × 1,074 = 519,000 ran 1.35 times faster on two). The
@@ -581,13 +588,39 @@ def band_negatives(model: TicketModel, cal: PreparedPairs, kb: Sequence[Ticket],
     return band[keep], np.full(int(keep.sum()), float(NO))
 
 
+def band_position(own: np.ndarray, random: np.ndarray, band: np.ndarray) -> float:
+    """Where the band's median raw score lies from the random tickets' (0) to the queries' own tickets' (1), from the
+    raw scores of the calibration pairs of each kind; NaN when the own tickets' median is not above the random ones'
+    (or a kind is missing)."""
+    if not (len(own) and len(random) and len(band)):
+        return float("nan")
+    low, high = float(np.median(random)), float(np.median(own))
+    return (float(np.median(band)) - low) / (high - low) if high > low else float("nan")
+
+
+def band_is_no(position: float) -> bool:
+    """Whether the band's tickets calibrate as NO pairs: unless they lie `BAND_AS_OWN` of the way to the own tickets
+    or further (`band_position`), where they are mostly the queries' own problem and NO would undersell true
+    matches."""
+    return not position >= BAND_AS_OWN
+
+
+def mined_band_position(parts: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
+    """`band_position` of `mined_calibration`'s parts (NaN when there are none)."""
+    def raw(kind: str) -> np.ndarray:
+        return next((g for name, (g, _) in parts.items() if kind in name), np.empty(0))
+
+    return band_position(raw("own-ticket"), raw("random"), raw("ranked"))
+
+
 def mined_calibration(model: TicketModel, tickets: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
                       progress: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """A label-free model's own kinds of calibration pairs, mined again from `tickets` with the mining config and
     seed its training recorded and scored by `model` as serving scores them: {"mined own-ticket YES", "mined random
     NO", "mined ranked 5th-20th NO": (g, y)}. What `train --with-feedback` refits the calibrator on besides the
-    judgements, so that a few judgements adjust the score scale rather than define it. Empty for a model not
-    trained label-free, or when `tickets` cannot be mined."""
+    judgements, so that a few judgements adjust the score scale rather than define it (the band's pairs only where
+    `band_is_no(mined_band_position(parts))`, as training decides). Empty for a model not trained label-free, or
+    when `tickets` cannot be mined."""
     training = model.meta.get("training") or {}
     if training.get("mode") != "label-free" or "config" not in (training.get("mining") or {}):
         return {}
@@ -840,7 +873,9 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         _unit_scale(model, cal_data)
         cal_g = pair_scores(model, cal_data)
         band_g, band_y = band_negatives(model, cal_data, tickets, kb_scorer if use_lexical else None, seed, progress)
-        g, y = np.concatenate([cal_g, band_g]), np.concatenate([cal.y, band_y])
+        position = band_position(cal_g[cal.y == YES], cal_g[cal.y != YES], band_g)
+        band_as_no = band_is_no(position)
+        g, y = (np.concatenate([cal_g, band_g]), np.concatenate([cal.y, band_y])) if band_as_no else (cal_g, cal.y)
         if labelled_pairs is not None:
             g, y = np.concatenate([g, pair_scores(model, lab_data)]), np.concatenate([y, labelled_pairs.y])
         model.calibrator = Calibrator.fit_centered(g, y)
@@ -848,14 +883,18 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     yes = cal.y == YES
     echo(f"calibrated: held-out own-subject queries score {np.median(calibrated[yes]):.2f} (median), random "
          f"tickets {np.median(calibrated[~yes]):.2f}, the tickets they rank {CALIBRATION_BAND[0]}th to "
-         f"{CALIBRATION_BAND[1]}th {np.median(model.calibrate(band_g)):.2f}")
+         f"{CALIBRATION_BAND[1]}th {np.median(model.calibrate(band_g)):.2f}"
+         + ("" if band_as_no else f" (not taken as NO: their raw scores lie {position:.2f} of the way from random "
+                                  "tickets' to the own tickets', mostly the same problem, as where tickets recur)"))
 
     model.meta["training"] = {
         "mode": "label-free", "mining": mined.stats, "lstm_queries": lstm_queries, "oov": oov, "history": history,
         "weight_selection": selection,
         "observable_pairs": [f"{a}|{b}" for (a, b, _), o in zip(config.metric_pairs, observable) if o],
         "labelled_pairs": len(labelled_pairs) if labelled_pairs is not None else 0,
-        "calibration_pairs": int(len(y)), "stage_seconds": stages.seconds, "sentence_encoder": adapted,
+        "calibration_pairs": int(len(y)),
+        "calibration_band": {"position": None if np.isnan(position) else round(position, 3), "as_no": band_as_no},
+        "stage_seconds": stages.seconds, "sentence_encoder": adapted,
         "static_fit": static_fit,
         "wall_seconds": round(time.time() - started, 1), "trained_at": time.time()}
     model.invalidate()
