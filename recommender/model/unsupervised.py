@@ -98,7 +98,8 @@ BAND_TICKETS = 1000
 #: The band's tickets are not NO pairs when their median raw score lies at least this far from the random tickets'
 #: toward the queries' own tickets' (`band_position`; 0.5: nearer the own tickets than the random ones): there they
 #: are mostly the query's own problem, a help desk whose tickets recur in large clusters (a synthetic one of 30
-#: problems: 0.67; SeaMonkey 0.16, SemEval-2016 0.19-0.29; docs/internals.md, "The score promises").
+#: problems: 0.67; SeaMonkey 0.16, SemEval-2016 0.19-0.29; docs/internals.md, "Kept: the band left out where it
+#: scores like the own tickets").
 BAND_AS_OWN = 0.5
 #: Query-view cells (over all slices) from which the grid's pair weightings are ranked on several threads when numba
 #: is missing: below it numpy's small operations hold the GIL, and two threads took twice one thread's time (3 slices
@@ -618,9 +619,9 @@ def mined_calibration(model: TicketModel, tickets: Sequence[Ticket], kb_scorer: 
     """A label-free model's own kinds of calibration pairs, mined again from `tickets` with the mining config and
     seed its training recorded and scored by `model` as serving scores them: {"mined own-ticket YES", "mined random
     NO", "mined ranked 5th-20th NO": (g, y)}. What `train --with-feedback` refits the calibrator on besides the
-    judgements, so that a few judgements adjust the score scale rather than define it (the band's pairs only where
-    `band_is_no(mined_band_position(parts))`, as training decides). Empty for a model not trained label-free, or
-    when `tickets` cannot be mined."""
+    judgements, so that a few judgements adjust the score scale rather than define it; the refit takes the band's
+    pairs only where `band_is_no(mined_band_position(parts))`, as training decided. Empty for a model not trained
+    label-free, or when `tickets` cannot be mined."""
     training = model.meta.get("training") or {}
     if training.get("mode") != "label-free" or "config" not in (training.get("mining") or {}):
         return {}
