@@ -4,16 +4,16 @@ Label-free calibration takes, for each mined calibration query, a ticket it rank
 (`unsupervised.band_negatives`): when a query has few related tickets these are its closest unrelated ones, which is
 what an off-topic query's best result looks like (docs/internals.md, "The score promises"). When one problem recurs
 fifty times they are the same problem, and training leaves them out where their raw scores lie nearer the queries'
-own tickets' than the random tickets' (`unsupervised.band_is_no`). This trains a label-free model on a synthetic
-knowledge base of CLASSES problem classes (`synthetic.generate(..., classes=CLASSES)`: about TICKETS / CLASSES
-tickets each), serves it as `ticketrec serve` would (`EngineRanker`) to the generator's queries, and gives the
-calibrated scores of the top-10 results of each query's own class (true matches: same archetype and cause) and of
-the other results, with the model's calibrator and with ones refitted on the same mined pairs with and without the
-5th-20th NO pairs (`unsupervised.mined_calibration`; the refit that training's rule picks is checked to be the
-model's own). It also pastes the first PASTED tickets whole (subject and description) and says how many come first
-and score 4.5 or more, the promise `benchmarks/score_promises.py` checks on SeaMonkey, whose tickets have no
-solution, and scores the best result of its off-topic queries that are off-topic here (all but the turbine one),
-which should score 2.5 or less.
+own tickets' than the random tickets' and the model ranks with S (`unsupervised.band_is_no`). This trains a
+label-free model on a synthetic knowledge base of CLASSES problem classes (`synthetic.generate(...,
+classes=CLASSES)`: about TICKETS / CLASSES tickets each), serves it as `ticketrec serve` would (`EngineRanker`) to
+the generator's queries, and gives the calibrated scores of the top-10 results of each query's own class (true
+matches: same archetype and cause) and of the other results, with the model's calibrator and with ones refitted on
+the same mined pairs with and without the 5th-20th NO pairs (`unsupervised.mined_calibration`; the refit that
+training's rule picks is checked to be the model's own). It also pastes the first PASTED tickets whole (subject and
+description) and says how many come first and score 4.5 or more, the promise `benchmarks/score_promises.py` checks
+on SeaMonkey, whose tickets have no solution, and scores the best result of its off-topic queries that are off-topic
+here (all but the turbine one), which should score 2.5 or less.
 
     .venv/bin/python benchmarks/cluster_calibration.py --workdir W [--classes 30] [--tickets 1500] [--queries 200]
                                                        [--pasted 100]
@@ -73,10 +73,10 @@ def main(argv=None) -> int:
                                        np.concatenate([parts[n][1] for n in names]))
 
     probe = np.linspace(0.0, 1.0, 201)
-    same = np.allclose(refit([n for n in parts if band_is_no(position) or n not in band])(probe),
+    same = np.allclose(refit([n for n in parts if band_is_no(position, model) or n not in band])(probe),
                        model.calibrate(probe))
-    calibrators = {"the model's (own ticket YES, random NO" + (", 5th-20th NO)" if band_is_no(position) else ")"):
-                   model.calibrate,
+    own_kinds = "own ticket YES, random NO" + (", 5th-20th NO" if band_is_no(position, model) else "")
+    calibrators = {f"the model's ({own_kinds})": model.calibrate,
                    "refitted with the 5th-20th NO pairs": refit(list(parts)),
                    "refitted without the 5th-20th NO pairs": refit([n for n in parts if n not in band])}
 
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
           + f"; of the top-10 results: true matches {np.median(g[true]):.3f}, others "
           + (f"{np.median(g[~true]):.3f}" if (~true).any() else "–")
           + f"; the band lies {position:.2f} of the way from the random tickets to the own ones "
-          + f"(`band_position`: {'NO pairs' if band_is_no(position) else 'not NO pairs'} for the model)\n")
+          + f"(`band_position`: {'NO pairs' if band_is_no(position, model) else 'not NO pairs'} for the model)\n")
     print(f"| calibrator | true matches in the top 10 ({true.sum()} of {len(true)}): score 25th pct / median | "
           f"rank-1 results: median | other results: median | {len(pasted_g)} tickets pasted whole: first / own "
           f"score >= 4.5 / min | off-topic best ({', '.join(s for s, _ in off_topic)}) |")

@@ -266,47 +266,74 @@ def test_band_negatives_leave_out_every_ticket_labelled_above_no(label_free):
 
 def test_the_band_position_runs_from_the_random_tickets_to_the_own_ones():
     """0 where the band's median raw score is the random tickets' median, 1 at the own tickets', the midpoint where
-    the band stops being NO; NaN (the band stays NO) when the own tickets do not score above the random ones."""
+    the band stops being NO for a model that ranks with S (never without S); NaN (the band stays NO) when the own
+    tickets do not score above the random ones."""
+    from types import SimpleNamespace
+
+    with_s, without_s = (SimpleNamespace(metric_spec=lambda s=s: {"channels": {"h": 0.1, "S": s}}) for s in (1.0, 0.0))
     own, random = np.array([0.6, 0.7, 0.8]), np.array([0.2, 0.3, 0.4])
     assert band_position(own, random, np.array([0.25, 0.3, 0.9])) == pytest.approx(0.0)
     assert band_position(own, random, np.array([0.7])) == pytest.approx(1.0)
     assert band_position(own, random, np.array([0.1, 0.5, 0.9])) == pytest.approx(0.5)
-    assert band_is_no(0.0) and band_is_no(0.49) and not band_is_no(0.5) and not band_is_no(0.8)
-    assert np.isnan(band_position(random, own, own)) and band_is_no(float("nan"))
+    assert band_is_no(0.0, with_s) and band_is_no(0.49, with_s) and not band_is_no(0.5, with_s)
+    assert not band_is_no(0.8, with_s) and band_is_no(0.8, without_s)
+    assert np.isnan(band_position(random, own, own)) and band_is_no(float("nan"), with_s)
     assert np.isnan(band_position(own, random, np.array([]))) and np.isnan(mined_band_position({}))
 
 
-def test_training_leaves_the_band_out_of_the_no_pairs_where_it_scores_like_the_own_tickets(label_free, tmp_path,
-                                                                                           monkeypatch):
-    """Training records where its band lies (`band_position`, the figure `mined_calibration` gives again) and whether
-    it calibrated the band as NO. Where the band scores like the queries' own tickets (a knowledge base of large
-    clusters; here forced with a threshold below every position), the same training leaves it out: the network and
-    weights are the same, the calibrator fits on fewer pairs, and the band's tickets score higher."""
-    home, model_dir, tickets, _ = label_free
-    base = TicketModel.load(model_dir)
-    recorded = base.meta["training"]["calibration_band"]
-    scorer = Bm25Scorer(tickets) if base.metric_spec().get("bm25") else None
-    parts = mined_calibration(base, tickets, scorer)
-    band_g = next(g for name, (g, _) in parts.items() if "ranked" in name)
-    assert recorded["position"] == pytest.approx(mined_band_position(parts), abs=1e-3)
-    assert recorded["as_no"] and band_is_no(recorded["position"])  # these synthetic tickets do not recur in clusters
-
-    monkeypatch.setattr(unsupervised, "BAND_AS_OWN", float("-inf"))
-    (tmp_path / "tiny.json").write_text(json.dumps(TINY))
-    result = CliRunner().invoke(main, ["train", "--out", str(tmp_path / "M"), "--config", str(tmp_path / "tiny.json")],
+def _retrain(home, out, config: dict):
+    """`ticketrec train --out OUT --config CONFIG` on the home's tickets (the same training as a fixture's)."""
+    (out.parent / "config.json").write_text(json.dumps(config))
+    result = CliRunner().invoke(main, ["train", "--out", str(out), "--config", str(out.parent / "config.json")],
                                 env=_env(home))
     assert result.exit_code == 0, result.output
-    assert "not taken as NO" in result.output
-    clustered = TicketModel.load(tmp_path / "M")
+    return TicketModel.load(out), result.output
+
+
+def _band_recorded_as_mined(model, tickets) -> np.ndarray:
+    """Check that the band position `model`'s training recorded is the one `mined_calibration` gives again, and
+    that the band was NO (no synthetic knowledge base of these tests recurs in clusters); the band's raw scores."""
+    recorded = model.meta["training"]["calibration_band"]
+    parts = mined_calibration(model, tickets, Bm25Scorer(tickets) if model.metric_spec().get("bm25") else None)
+    assert recorded["position"] == pytest.approx(mined_band_position(parts), abs=1e-3)
+    assert recorded["as_no"] and band_is_no(recorded["position"], model)
+    return next(g for name, (g, _) in parts.items() if "ranked" in name)
+
+
+def test_without_s_the_band_stays_no_even_where_it_scores_like_the_own_tickets(label_free, tmp_path, monkeypatch):
+    """The paper's channels: an off-topic query's best result scores like the band's tickets, so the band stays NO
+    whatever its position (forced here with a threshold below every position)."""
+    home, model_dir, tickets, _ = label_free
+    base = TicketModel.load(model_dir)
+    _band_recorded_as_mined(base, tickets)
+    monkeypatch.setattr(unsupervised, "BAND_AS_OWN", float("-inf"))
+    retrained, output = _retrain(home, tmp_path / "M", TINY)
+    assert "not taken as NO" not in output and retrained.meta["training"]["calibration_band"]["as_no"]
+    assert retrained.version == base.version
+
+
+def test_with_s_training_leaves_the_band_out_of_the_no_pairs_where_it_scores_like_the_own_tickets(
+        label_free_default, tmp_path, monkeypatch):
+    """The default channels (with S) where the band scores like the queries' own tickets (a knowledge base of large
+    clusters; forced here with a threshold below every position): the same training leaves the band out, so the
+    network and weights are the same, the calibrator fits on fewer pairs and the band's tickets score higher; and
+    `train --with-feedback` refits by the same decision, neither its judged queries' band nor the mined one as NO."""
+    from recommender.model.feedback import fine_tune
+
+    home, model_dir, tickets = label_free_default
+    base = TicketModel.load(model_dir)
+    band_g = _band_recorded_as_mined(base, tickets)
+    monkeypatch.setattr(unsupervised, "BAND_AS_OWN", float("-inf"))
+    tiny = {k: v for k, v in TINY.items() if k != "channels"}
+    clustered, output = _retrain(home, tmp_path / "M", dict(tiny, epochs=1, mining={"adapt_pairs": 32}))
+    assert "not taken as NO" in output
+    recorded = base.meta["training"]["calibration_band"]
     assert clustered.meta["training"]["calibration_band"] == dict(recorded, as_no=False)
     assert clustered.metric_spec() == base.metric_spec()
     weights = zip(clustered.net.state_dict().values(), base.net.state_dict().values())
     assert all(np.array_equal(a, b) for a, b in weights)
     assert clustered.meta["training"]["calibration_pairs"] == base.meta["training"]["calibration_pairs"] - len(band_g)
     assert np.median(clustered.calibrate(band_g)) > np.median(base.calibrate(band_g))
-
-    # `train --with-feedback` refits by the same decision: neither its judged queries' band nor the mined one is NO
-    from recommender.model.feedback import fine_tune
 
     judged = tickets[20:28]
     queries = [Query(f"{t.subject} again", t.description[:60], id=f"fb-{i}") for i, t in enumerate(judged)]

@@ -197,7 +197,7 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
                                                                    lex)), negatives.y)
         kb_scorer = kb if data.lexical is not None else None  # its first rows are `tickets`
         mined = mined_calibration(model, tickets, kb_scorer, progress)
-        if not mined or band_is_no(mined_band_position(mined)):  # as training decided (`band_is_no`)
+        if not mined or band_is_no(mined_band_position(mined), model):  # as training decided
             parts[f"ranked {CALIBRATION_BAND[0]}th-{CALIBRATION_BAND[1]}th NO"] = band_negatives(
                 model, data, tickets, kb_scorer, seed, progress)
         else:

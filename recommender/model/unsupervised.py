@@ -13,7 +13,8 @@
     5. calibration (`Calibrator.fit_centered`) on pairs scored as serving scores them: a held-out ticket's own
        subject query against the full ticket (YES 5), against random tickets (NO 1) and against a ticket it ranks
        between 5th and 20th (NO 1: what an unrelated best match scores, `band_negatives`; left out where those score
-       more like the own tickets than like random ones, a knowledge base of large clusters: `band_is_no`), plus
+       more like the own tickets than like random ones, a knowledge base of large clusters, when S ranks:
+       `band_is_no`), plus
        any labels.
 
 Pairs whose ticket side the mined training pairs never show (the view has no subject, so SUB1–SUB2; DESC1–…
@@ -99,7 +100,7 @@ BAND_TICKETS = 1000
 #: toward the queries' own tickets' (`band_position`; 0.5: nearer the own tickets than the random ones): there they
 #: are mostly the query's own problem, a help desk whose tickets recur in large clusters (a synthetic one of 30
 #: problems: 0.67; SeaMonkey 0.16, SemEval-2016 0.19-0.29; docs/internals.md, "Kept: the band left out where it
-#: scores like the own tickets").
+#: scores like the own tickets"), for models that rank with S (`band_is_no`).
 BAND_AS_OWN = 0.5
 #: Query-view cells (over all slices) from which the grid's pair weightings are ranked on several threads when numba
 #: is missing: below it numpy's small operations hold the GIL, and two threads took twice one thread's time (3 slices
@@ -599,11 +600,14 @@ def band_position(own: np.ndarray, random: np.ndarray, band: np.ndarray) -> floa
     return (float(np.median(band)) - low) / (high - low) if high > low else float("nan")
 
 
-def band_is_no(position: float) -> bool:
-    """Whether the band's tickets calibrate as NO pairs: unless they lie `BAND_AS_OWN` of the way to the own tickets
-    or further (`band_position`), where they are mostly the queries' own problem and NO would undersell true
-    matches."""
-    return not position >= BAND_AS_OWN
+def band_is_no(position: float, model: TicketModel) -> bool:
+    """Whether the band's tickets calibrate as NO pairs for `model`: unless they lie `BAND_AS_OWN` of the way to the
+    own tickets or further (`band_position`), where they are mostly the queries' own problem and NO would undersell
+    true matches, and `model` ranks with the pretrained S, under which an off-topic query's best result lies far
+    below them. Without S it scores like them (E reaches unknown words through the character BiLSTM): the paper's
+    channels on the cluster benchmark, band at 0.58, would score off-topic queries 2.29-3.41 without the band's NO
+    pairs, 1.70-1.83 with them (docs/internals.md), so there the band stays NO."""
+    return not (position >= BAND_AS_OWN and model.metric_spec()["channels"].get("S", 0) > 0)
 
 
 def mined_band_position(parts: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
@@ -620,7 +624,7 @@ def mined_calibration(model: TicketModel, tickets: Sequence[Ticket], kb_scorer: 
     seed its training recorded and scored by `model` as serving scores them: {"mined own-ticket YES", "mined random
     NO", "mined ranked 5th-20th NO": (g, y)}. What `train --with-feedback` refits the calibrator on besides the
     judgements, so that a few judgements adjust the score scale rather than define it; the refit takes the band's
-    pairs only where `band_is_no(mined_band_position(parts))`, as training decided. Empty for a model not trained
+    pairs only where `band_is_no(mined_band_position(parts), model)`, as training decided. Empty for a model not trained
     label-free, or when `tickets` cannot be mined."""
     training = model.meta.get("training") or {}
     if training.get("mode") != "label-free" or "config" not in (training.get("mining") or {}):
@@ -875,7 +879,7 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         cal_g = pair_scores(model, cal_data)
         band_g, band_y = band_negatives(model, cal_data, tickets, kb_scorer if use_lexical else None, seed, progress)
         position = band_position(cal_g[cal.y == YES], cal_g[cal.y != YES], band_g)
-        band_as_no = band_is_no(position)
+        band_as_no = band_is_no(position, model)
         g, y = (np.concatenate([cal_g, band_g]), np.concatenate([cal.y, band_y])) if band_as_no else (cal_g, cal.y)
         if labelled_pairs is not None:
             g, y = np.concatenate([g, pair_scores(model, lab_data)]), np.concatenate([y, labelled_pairs.y])
