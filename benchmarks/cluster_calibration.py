@@ -1,15 +1,15 @@
 """Do the 1-5 scores undersell true matches on a help desk whose tickets recur in large clusters?
 
 Label-free calibration takes, for each mined calibration query, a ticket it ranks 5th to 20th as NO
-(`unsupervised.band_negatives`): when a query has few related tickets these are its closest unrelated ones, which is
-what an off-topic query's best result looks like (docs/internals.md, "The score promises"). When one problem recurs
-fifty times they are the same problem, and training leaves them out where their raw scores lie nearer the queries'
-own tickets' than the random tickets' and the model ranks with S (`unsupervised.band_is_no`). This trains a
-label-free model on a synthetic knowledge base of CLASSES problem classes (`synthetic.generate(...,
+(`mined_calibration.band_negatives`): when a query has few related tickets these are its closest unrelated ones,
+which is what an off-topic query's best result looks like (docs/internals.md, "The score promises"). When one
+problem recurs fifty times they are the same problem, and training leaves them out where their raw scores lie nearer
+the queries' own tickets' than the random tickets' and the model ranks with S (`mined_calibration.band_is_no`). This
+trains a label-free model on a synthetic knowledge base of CLASSES problem classes (`synthetic.generate(...,
 classes=CLASSES)`: about TICKETS / CLASSES tickets each), serves it as `ticketrec serve` would (`EngineRanker`) to
 the generator's queries, and gives the calibrated scores of the top-10 results of each query's own class (true
 matches: same archetype and cause) and of the other results, with the model's calibrator and with ones refitted on
-the same mined pairs with and without the 5th-20th NO pairs (`unsupervised.mined_calibration`; the refit that
+the same mined pairs with and without the 5th-20th NO pairs (`mined_calibration.mined_calibration`; the refit that
 training's rule picks is checked to be the model's own). It also pastes the first PASTED tickets whole (subject and
 description) and says how many come first and score 4.5 or more, the promise `benchmarks/score_promises.py` checks
 on SeaMonkey, whose tickets have no solution, and scores the best result of its off-topic queries that are off-topic
@@ -53,8 +53,8 @@ def main(argv=None) -> int:
     from recommender.lexical.bm25 import Bm25Scorer
     from recommender.model.bundle import TicketModel
     from recommender.model.calibration import Calibrator
-    from recommender.model.unsupervised import (band_is_no, label_free_config, mined_band_position, mined_calibration,
-                                                train_without_labels)
+    from recommender.model.mined_calibration import MINED_BAND, band_is_no, mined_band_position, mined_calibration
+    from recommender.model.unsupervised import label_free_config, train_without_labels
     from score_promises import OFF_TOPIC, paste_whole
 
     started = time.time()
@@ -65,7 +65,6 @@ def main(argv=None) -> int:
         train_without_labels(tickets, label_free_config(pretrained=True), out, seed=0)
     model = TicketModel.load(out)
     parts = mined_calibration(model, tickets, Bm25Scorer(tickets) if model.metric_spec().get("bm25") else None)
-    band = [name for name in parts if "ranked" in name]
     position = mined_band_position(parts)  # where the band lies from random (0) to own tickets (1)
 
     def refit(names) -> Calibrator:
@@ -73,12 +72,12 @@ def main(argv=None) -> int:
                                        np.concatenate([parts[n][1] for n in names]))
 
     probe = np.linspace(0.0, 1.0, 201)
-    same = np.allclose(refit([n for n in parts if band_is_no(position, model) or n not in band])(probe),
+    same = np.allclose(refit([n for n in parts if band_is_no(position, model) or n != MINED_BAND])(probe),
                        model.calibrate(probe))
     own_kinds = "own ticket YES, random NO" + (", 5th-20th NO" if band_is_no(position, model) else "")
     calibrators = {f"the model's ({own_kinds})": model.calibrate,
                    "refitted with the 5th-20th NO pairs": refit(list(parts)),
-                   "refitted without the 5th-20th NO pairs": refit([n for n in parts if n not in band])}
+                   "refitted without the 5th-20th NO pairs": refit([n for n in parts if n != MINED_BAND])}
 
     cls = {t.id: (t.metadata["archetype"], t.metadata["cause"]) for t in tickets}
     query_class = {}

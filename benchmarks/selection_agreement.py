@@ -1,6 +1,6 @@
 """Does the label-free weight selection agree with real relevance? (issue 12)
 
-Label-free training selects its channel and pair weights on mined queries (`unsupervised.select_by_rank`: the
+Label-free training selects its channel and pair weights on mined queries (`weight_selection.select_by_rank`: the
 held-out and paraphrase slices). This script rebuilds those slices for a saved label-free model exactly as its
 training did (same tickets, mining config and seed; the reproduced selection is printed beside the recorded one),
 with the condition that the held-out tickets pasted whole set on it when the training used one, ranks every
@@ -44,9 +44,9 @@ from recommender.lexical.bm25 import Bm25Scorer  # noqa: E402
 from recommender.model.bundle import TicketModel  # noqa: E402
 from recommender.model.mining import MiningConfig, mine_pairs  # noqa: E402
 from recommender.model.pairs import dataset_fingerprint  # noqa: E402
-from recommender.model.unsupervised import (PASTED, GridRanking, RankedSlice, combination_spec,  # noqa: E402
-                                            observable_pairs, rank_distances, selection_slices,
-                                            vocabulary_augmenter)
+from recommender.model.augment import vocabulary_augmenter  # noqa: E402
+from recommender.model.weight_selection import (PASTED, GridRanking, RankedSlice, combination_spec,  # noqa: E402
+                                                observable_pairs, rank_distances, selection_slices)
 
 from shared_data import SEMEVAL, seamonkey_links, seamonkey_tickets  # noqa: E402
 

@@ -41,7 +41,8 @@ from recommender.model.mining import MiningConfig, mine_pairs  # noqa: E402
 from recommender.model.pairs import PairSet  # noqa: E402
 from recommender.model.siamese import Featurizer  # noqa: E402
 from recommender.model.training import GroupTable, _unsupervised_parts  # noqa: E402
-from recommender.model.unsupervised import MRR_K, label_free_config, reciprocal_ranks  # noqa: E402
+from recommender.model.grid_ranks import MRR_K, reciprocal_ranks  # noqa: E402
+from recommender.model.unsupervised import label_free_config  # noqa: E402
 from recommender.model.vocab import EOS  # noqa: E402
 from shared_data import SEMEVAL, seamonkey_links, seamonkey_tickets  # noqa: E402
 

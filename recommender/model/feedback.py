@@ -22,8 +22,9 @@ from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fi
 from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
-from .unsupervised import (CALIBRATION_BAND, CALIBRATION_NEGATIVES, band_is_no, band_negatives, mined_band_position,
-                           mined_calibration, select_by_rank, set_weights_on_filled_fields)
+from .mined_calibration import (BAND_NO, CALIBRATION_NEGATIVES, MINED_BAND, band_is_no, band_negatives,
+                                mined_band_position, mined_calibration)
+from .weight_selection import select_by_rank, set_weights_on_filled_fields
 from ..lexical.bm25 import Bm25Scorer
 
 #: The fewest relevant judgements (YES/REL pairs) that may re-select the channel and pair weights.
@@ -169,10 +170,10 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
                  seed: int, progress: bool) -> tuple[Calibrator | None, dict]:
     """The calibrator refitted (centred isotonic, ties broken by raw score) on the judged pairs and, for each judged
     query, `CALIBRATION_NEGATIVES` random tickets of the knowledge base and one it ranks 5th–20th
-    (`unsupervised.band_negatives`) as NO, as label-free training calibrates: feedback is mostly YES, and a
+    (`mined_calibration.band_negatives`) as NO, as label-free training calibrates: feedback is mostly YES, and a
     calibrator fitted on one label maps every score to it. A label-free model's own calibration pairs, mined again
-    from the knowledge base (`unsupervised.mined_calibration`), join them: a few dozen judgements adjust the scale
-    rather than define it. Where the mined band is not NO (`unsupervised.band_is_no`: a knowledge base of large
+    from the knowledge base (`mined_calibration.mined_calibration`), join them: a few dozen judgements adjust the scale
+    rather than define it. Where the mined band is not NO (`mined_calibration.band_is_no`: a knowledge base of large
     clusters) neither band is. Returns the calibrator (None when there is nothing to fit on) and the pairs it was fitted
     on: how many of each kind and their median calibrated score."""
     pairs = data.pairs
@@ -198,10 +199,9 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
         kb_scorer = kb if data.lexical is not None else None  # its first rows are `tickets`
         mined = mined_calibration(model, tickets, kb_scorer, progress)
         if not mined or band_is_no(mined_band_position(mined), model):  # as training decided
-            parts[f"ranked {CALIBRATION_BAND[0]}th-{CALIBRATION_BAND[1]}th NO"] = band_negatives(
-                model, data, tickets, kb_scorer, seed, progress)
+            parts[BAND_NO] = band_negatives(model, data, tickets, kb_scorer, seed, progress)
         else:
-            mined = {name: part for name, part in mined.items() if "ranked" not in name}
+            mined = {name: part for name, part in mined.items() if name != MINED_BAND}
         parts.update(mined)
     g = np.concatenate([part[0] for part in parts.values()])
     y = np.concatenate([part[1] for part in parts.values()])
@@ -221,7 +221,7 @@ def reselect_weights(model: TicketModel, judged: JudgedQueries, seed: int = 0, p
     re-select is decided by cross-validation over the judged queries (`SELECTION_FOLDS` folds of whole groups,
     `JudgedQueries.folds`: select on the others, rank the fold): the weights change only when the cross-validated
     MRR@10 beats the model's by more than one standard error of the paired difference; then the simplest grid point
-    within one standard error of the best on all judged queries wins (`unsupervised.select_by_rank`). Returns the
+    within one standard error of the best on all judged queries wins (`weight_selection.select_by_rank`). Returns the
     figures and the decision.
     """
     config = model.siamese_config

@@ -1,7 +1,7 @@
 """Per-query reciprocal ranks of many channel weightings at once: the inner loop of the label-free weight selection.
 
 For one pair weighting the selection ranks the same query-view distances under every channel weighting and BM25
-weight of its grid (`unsupervised.grid_results`, 959 of them for the default's grid), each time summing the
+weight of its grid (`weight_selection.grid_results`, 959 of them for the default's grid), each time summing the
 channels, adding BM25 and counting, per query, the views at or below the own view's distance. numpy does that with
 a pass over every [queries × views] array per weighting and is bound by memory bandwidth (33 of the 65 minutes of
 label-free training at 4,000 tickets, docs/results/training-scaling.md). The compiled kernel takes one query's

@@ -18,7 +18,7 @@ from scipy.sparse.csgraph import connected_components
 from ..data.records import Query, Ticket, query_text
 from ..lexical.bm25 import Bm25Scorer
 from .bundle import TicketModel
-from .unsupervised import RankedSlice, rank_distances, ranked_rows
+from .weight_selection import RankedSlice, rank_distances, ranked_rows
 
 #: The distance that puts a query's own stored copy last (it is the query itself, not a competitor).
 _LAST = 1e6
@@ -95,7 +95,7 @@ def judged_queries(train_queries: Sequence[Query], judgements: Sequence[tuple[st
                    knowledge_base: Sequence[Ticket], judged_tickets: Sequence[Ticket], relevant_min: float,
                    seed: int = 0) -> JudgedQueries:
     """The relevant judgements (query id, ticket id, score ≥ `relevant_min`) as queries against the knowledge base
-    plus the judged tickets (at most `unsupervised.MAX_RANKED_VIEWS` of them ranked: every judged one and a seeded
+    plus the judged tickets (at most `weight_selection.MAX_RANKED_VIEWS` of them ranked: every judged one and a seeded
     sample of the rest)."""
     queries = {q.id: q for q in train_queries}
     kb = list({t.id: t for t in (*knowledge_base, *judged_tickets)}.values())

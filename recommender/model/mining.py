@@ -17,7 +17,7 @@ view's subject from BM25; a help desk's duplicates are whole tickets, subjects o
 each held-out ticket therefore also gives a *paraphrase* query (`held_out_paraphrases`): a noisy variant of its
 subject (`Augmenter.augment`: typos, synonyms, extra and dropped words, as another engineer might word it) with the
 same description prefix, which must find its ticket among the *full views* (each view with its subject back). The
-paraphrase queries select weights only (`unsupervised.select_on_held_out`); the network never trains on them.
+paraphrase queries select weights only (`weight_selection.select_on_held_out`); the network never trains on them.
 Labelled pairs, when a help desk has some, are added to the mined pairs (`unsupervised.py`), not a replacement.
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ class MiningConfig(SavedConfig):
     # each held-out ticket also as a paraphrased-subject query against the views with their subjects (see above)
     held_out_paraphrases: bool = True
     # the weights are selected only among those that rank the held-out tickets, pasted whole as queries, first
-    # about as well as the best weighting does (unsupervised.select_on_held_out): the promise that a ticket pasted
+    # about as well as the best weighting does (weight_selection.select_on_held_out): the promise that a ticket pasted
     # as its own query is found first
     held_out_pasted: bool = True
     labelled_weight: int = 2

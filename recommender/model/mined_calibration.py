@@ -1,0 +1,165 @@
+"""The calibration pairs of label-free training, mined from the knowledge base and scored as serving scores them.
+
+Each held-out ticket's subject query (and variants of it) against its own full ticket is YES, against random
+tickets NO (`calibration_pairs`), and against one ticket it ranks 5th to 20th NO as well (`band_negatives`): what an
+unrelated best match scores. Where the band's tickets score like the queries' own (`band_position`), as in a help
+desk whose tickets recur in large clusters, they are mostly the same problem and a model that ranks with S leaves
+them out (`band_is_no`). `mined_calibration` mines the same pairs again for a saved model, for `train
+--with-feedback`'s refit.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..data.records import NO, YES, Query, Ticket, query_text
+from ..errors import InputError
+from ..lexical.bm25 import Bm25Scorer
+from .augment import Augmenter, vocabulary_augmenter
+from .bundle import TicketModel
+from .mining import MinedPairs, MiningConfig, mine_pairs
+from .training import PairSet, PreparedPairs, cross_scores, lexical_features, pair_scores
+
+#: Random NO tickets per held-out query in the calibration pairs.
+CALIBRATION_NEGATIVES = 4
+#: Ranks (among the other tickets, by the model's score) from which each calibration query takes one more NO ticket
+#: (`band_negatives`), and how many tickets it ranks (a random sample when the knowledge base is larger).
+CALIBRATION_BAND = (5, 20)
+BAND_TICKETS = 1000
+#: The band's tickets are not NO pairs when their median raw score lies at least this far from the random tickets'
+#: toward the queries' own tickets' (`band_position`; 0.5: nearer the own tickets than the random ones): there they
+#: are mostly the query's own problem, a help desk whose tickets recur in large clusters (a synthetic one of 30
+#: problems: 0.67; SeaMonkey 0.16, SemEval-2016 0.19-0.29; docs/internals.md, "Kept: the band left out where it
+#: scores like the own tickets"), for models that rank with S (`band_is_no`).
+BAND_AS_OWN = 0.5
+#: The names of the calibration parts: the judged queries' band (`train --with-feedback`), and `mined_calibration`'s
+#: three kinds.
+BAND_NO = f"ranked {CALIBRATION_BAND[0]}th-{CALIBRATION_BAND[1]}th NO"
+MINED_OWN, MINED_RANDOM, MINED_BAND = "mined own-ticket YES", "mined random NO", f"mined {BAND_NO}"
+
+
+def calibration_pairs(mined: MinedPairs, kb: Sequence[Ticket], augmenter: Augmenter | None, seed: int) -> PairSet:
+    """Pairs scored as serving scores them: each held-out ticket's subject query (with its description prefix,
+    a noisy variant of it, and the subject alone) against the full ticket (YES 5) and against
+    `CALIBRATION_NEGATIVES` random other tickets (NO 1)."""
+    rng = np.random.default_rng(seed + 1)
+    row = {t.id: i for i, t in enumerate(kb)}
+    queries: list[Query] = []
+    q, t, y = [], [], []
+    for query, own_view in zip(mined.held_out_queries, mined.held_out_truth):
+        own = row[mined.views[int(own_view)].id]
+        variants = [query]
+        if augmenter is not None:
+            text = augmenter.augment(query.subject, key=f"{query.id}:calibration")
+            if text and text != query.subject:
+                variants.append(Query(text, query.description, id=f"{query.id}:cal"))
+        if query.description:  # engineers also search with a subject alone
+            variants.append(Query(query.subject, "", id=f"{query.id}:subject"))
+        others = rng.choice(np.delete(np.arange(len(kb)), own), min(CALIBRATION_NEGATIVES, len(kb) - 1), replace=False)
+        for variant in variants:
+            qi = len(queries)
+            queries.append(variant)
+            for r, label in [(own, YES)] + [(int(o), NO) for o in others]:
+                q.append(qi)
+                t.append(r)
+                y.append(label)
+    used = sorted(set(t))  # only the tickets the pairs name (preparing a ticket runs the S and T encoders)
+    at = {r: i for i, r in enumerate(used)}
+    return PairSet(queries, [kb[r] for r in used], np.array(q, np.int64), np.array([at[r] for r in t], np.int64),
+                   np.array(y, np.float64))
+
+
+def band_negatives(model: TicketModel, cal: PreparedPairs, kb: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
+                   seed: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(g, y) of one more NO pair per calibration query: a ticket it ranks at a random place between
+    `CALIBRATION_BAND`'s ranks among the other tickets (its own, and any ticket `cal` labels above NO, left out;
+    `BAND_TICKETS` of them, sampled from a larger knowledge base), scored as serving scores it.
+
+    A query has few related tickets, so its 5th to 20th are mostly not what it needs, yet they are its closest
+    unrelated ones. An off-topic query's best result is such a ticket: its best match in a knowledge base that does
+    not hold its topic. Random tickets alone leave the calibrator no NO examples where those fall, and it climbed
+    from 1.1 to 4.5 between them and the own tickets wherever its knots happened to lie (docs/internals.md, "The
+    score promises")."""
+    rng = np.random.default_rng(seed + 3)
+    rows = np.arange(len(kb))
+    if len(rows) > BAND_TICKETS:
+        rows = np.sort(rng.choice(rows, BAND_TICKETS, replace=False))
+    sample = [kb[int(r)] for r in rows]
+    pairs = cal.pairs
+    lexical = None if kb_scorer is None else np.stack([kb_scorer.lexical(query_text(q), rows) for q in pairs.queries])
+    g = cross_scores(model, cal.queries, model.prepare(sample, "ticket", progress), lexical)
+    n_q = len(g)
+    column = {t.id: j for j, t in enumerate(sample)}
+    for q, t, y in zip(pairs.q, pairs.t, pairs.y):  # a query's own or relevant tickets are never its band
+        j = column.get(pairs.tickets[int(t)].id)
+        if y > NO and j is not None:
+            g[int(q), j] = -np.inf
+    others = np.isfinite(g).sum(axis=1)
+    low, high = CALIBRATION_BAND
+    ranks = np.minimum(rng.integers(low, high + 1, size=n_q), others) - 1  # 0-based, the left-out tickets last
+    band = np.take_along_axis(-np.sort(-g, axis=1), np.maximum(ranks, 0)[:, None], axis=1)[:, 0]
+    keep = ranks >= 0
+    return band[keep], np.full(int(keep.sum()), float(NO))
+
+
+def band_position(own: np.ndarray, random: np.ndarray, band: np.ndarray) -> float:
+    """Where the band's median raw score lies from the random tickets' (0) to the queries' own tickets' (1), from the
+    raw scores of the calibration pairs of each kind; NaN when the own tickets' median is not above the random ones'
+    (or a kind is missing)."""
+    if not (len(own) and len(random) and len(band)):
+        return float("nan")
+    low, high = float(np.median(random)), float(np.median(own))
+    return (float(np.median(band)) - low) / (high - low) if high > low else float("nan")
+
+
+def band_is_no(position: float, model: TicketModel) -> bool:
+    """Whether the band's tickets calibrate as NO pairs for `model`: unless they lie `BAND_AS_OWN` of the way to the
+    own tickets or further (`band_position`), where they are mostly the queries' own problem and NO would undersell
+    true matches, and `model` ranks with the pretrained S, under which an off-topic query's best result lies far
+    below them. Without S it scores like them (E reaches unknown words through the character BiLSTM): the paper's
+    channels on the cluster benchmark, band at 0.58, would score off-topic queries 2.29-3.41 without the band's NO
+    pairs, 1.70-1.83 with them (docs/internals.md), so there the band stays NO."""
+    return not (position >= BAND_AS_OWN and model.metric_spec()["channels"].get("S", 0) > 0)
+
+
+def mined_band_position(parts: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
+    """`band_position` of `mined_calibration`'s parts (NaN when there are none)."""
+    def raw(name: str) -> np.ndarray:
+        return parts[name][0] if name in parts else np.empty(0)
+
+    return band_position(raw(MINED_OWN), raw(MINED_RANDOM), raw(MINED_BAND))
+
+
+def mined_calibration(model: TicketModel, tickets: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
+                      progress: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A label-free model's own kinds of calibration pairs, mined again from `tickets` with the mining config and
+    seed its training recorded and scored by `model` as serving scores them: {`MINED_OWN`, `MINED_RANDOM`,
+    `MINED_BAND`: (g, y)}. What `train --with-feedback` refits the calibrator on besides the
+    judgements, so that a few judgements adjust the score scale rather than define it; the refit takes the band's
+    pairs only where `band_is_no(mined_band_position(parts), model)`, as training decided. Empty for a model not trained
+    label-free, or when `tickets` cannot be mined."""
+    training = model.meta.get("training") or {}
+    if training.get("mode") != "label-free" or "config" not in (training.get("mining") or {}):
+        return {}
+    seed = int(model.meta.get("seed", 0))
+    mining = MiningConfig.from_saved(training["mining"]["config"])
+    augmenter = vocabulary_augmenter(model.vocab, model.net.embedder.words.weight.detach().cpu().numpy(), seed)
+    try:
+        mined = mine_pairs(list(tickets), mining, seed, augmenter)
+    except InputError:  # too few tickets, or two with one id
+        return {}
+    cal, cal_data = prepared_calibration(model, mined, tickets, augmenter, kb_scorer, seed, progress)
+    g = pair_scores(model, cal_data)
+    yes = cal.y == YES
+    return {MINED_OWN: (g[yes], cal.y[yes]), MINED_RANDOM: (g[~yes], cal.y[~yes]),
+            MINED_BAND: band_negatives(model, cal_data, tickets, kb_scorer, seed, progress)}
+
+
+def prepared_calibration(model: TicketModel, mined: MinedPairs, tickets: Sequence[Ticket], augmenter: Augmenter,
+                         kb_scorer: Bm25Scorer | None, seed: int, progress: bool) -> tuple[PairSet, PreparedPairs]:
+    """The calibration pairs of `mined` (`calibration_pairs`) and the same prepared by `model`, with the lexical
+    feature over `kb_scorer`'s knowledge base when given."""
+    cal = calibration_pairs(mined, tickets, augmenter, seed)
+    return cal, PreparedPairs.of(model, cal, lexical_features(cal, kb_scorer) if kb_scorer is not None else None,
+                                 progress)
