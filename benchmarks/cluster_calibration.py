@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     from recommender.lexical.bm25 import Bm25Scorer
     from recommender.model.bundle import TicketModel
     from recommender.model.calibration import Calibrator
-    from recommender.model.mined_calibration import MINED_BAND, band_is_no, mined_band_position, mined_calibration
+    from recommender.model.mined_calibration import (MINED_BAND, mined_band_position, mined_calibration,
+                                                     trained_band_is_no)
     from recommender.model.unsupervised import label_free_config, train_without_labels
     from score_promises import OFF_TOPIC, paste_whole
 
@@ -72,9 +73,9 @@ def main(argv=None) -> int:
                                        np.concatenate([parts[n][1] for n in names]))
 
     probe = np.linspace(0.0, 1.0, 201)
-    same = np.allclose(refit([n for n in parts if band_is_no(position, model) or n != MINED_BAND])(probe),
-                       model.calibrate(probe))
-    own_kinds = "own ticket YES, random NO" + (", 5th-20th NO" if band_is_no(position, model) else "")
+    as_no = trained_band_is_no(model, parts)
+    same = np.allclose(refit([n for n in parts if as_no or n != MINED_BAND])(probe), model.calibrate(probe))
+    own_kinds = "own ticket YES, random NO" + (", 5th-20th NO" if as_no else "")
     calibrators = {f"the model's ({own_kinds})": model.calibrate,
                    "refitted with the 5th-20th NO pairs": refit(list(parts)),
                    "refitted without the 5th-20th NO pairs": refit([n for n in parts if n != MINED_BAND])}
@@ -108,7 +109,7 @@ def main(argv=None) -> int:
           + f"; of the top-10 results: true matches {np.median(g[true]):.3f}, others "
           + (f"{np.median(g[~true]):.3f}" if (~true).any() else "–")
           + f"; the band lies {position:.2f} of the way from the random tickets to the own ones "
-          + f"(`band_position`: {'NO pairs' if band_is_no(position, model) else 'not NO pairs'} for the model)\n")
+          + f"(training {'took them as NO pairs' if as_no else 'left them out of the NO pairs'})\n")
     print(f"| calibrator | true matches in the top 10 ({true.sum()} of {len(true)}): score 25th pct / median | "
           f"rank-1 results: median | other results: median | {len(pasted_g)} tickets pasted whole: first / own "
           f"score >= 4.5 / min | off-topic best ({', '.join(s for s, _ in off_topic)}) |")

@@ -21,7 +21,8 @@ from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs
 from recommender.model.siamese import MERGED
 from recommender.model import mined_calibration as calibration_mining
 from recommender.model.mined_calibration import (CALIBRATION_BAND, MINED_BAND, band_is_no, band_negatives,
-                                                 band_position, mined_band_position, mined_calibration)
+                                                 band_position, mined_band_position, mined_calibration,
+                                                 trained_band_is_no)
 from recommender.model.unsupervised import (LABEL_FREE_GRID, MAX_LSTM_QUERIES, RANK_LOSS, W2V_UPDATES,
                                             lstm_training_pairs, train_without_labels)
 from recommender.model.weight_selection import (PASTED, RankedSlice, combination_spec, grid_results, mrr_at_k,
@@ -316,6 +317,29 @@ def test_without_s_the_band_stays_no_even_where_it_scores_like_the_own_tickets(l
     retrained, output = _train(home, tmp_path / "M", TINY)
     assert "not taken as NO" not in output and retrained.meta["training"]["calibration_band"]["as_no"]
     assert retrained.version == base.version
+
+
+def test_the_mining_option_overrides_the_band_decision(label_free, tmp_path):
+    """A help desk that knows its problems recur sets `band_as_no: never`: the same training (same network and
+    weights) leaves the band out of the NO pairs where the automatic rule keeps it, says so, and records it, and a
+    refit after feedback follows the recorded decision (`trained_band_is_no`); an unknown value is refused."""
+    home, model_dir, tickets, output = label_free
+    base = TicketModel.load(model_dir)
+    band_g = _band_recorded_as_mined(base, tickets)
+    assert "taken as NO: their raw scores lie" in output and "band_as_no=never leaves them out" in output
+    overridden, output = _train(home, tmp_path / "M", dict(TINY, mining={"band_as_no": "never"}))
+    assert "not taken as NO, as the mining option band_as_no=never says" in output
+    recorded = base.meta["training"]["calibration_band"]
+    assert overridden.meta["training"]["calibration_band"] == dict(recorded, as_no=False)
+    assert overridden.metric_spec() == base.metric_spec()
+    weights = zip(overridden.net.state_dict().values(), base.net.state_dict().values())
+    assert all(np.array_equal(a, b) for a, b in weights)
+    assert overridden.meta["training"]["calibration_pairs"] == base.meta["training"]["calibration_pairs"] - len(band_g)
+    parts = mined_calibration(overridden, tickets, Bm25Scorer(tickets) if base.metric_spec().get("bm25") else None)
+    assert band_is_no(mined_band_position(parts), overridden) and not trained_band_is_no(overridden, parts)
+    assert trained_band_is_no(base, parts)
+    with pytest.raises(InputError, match="band_as_no must be one of auto, always, never"):
+        MiningConfig(band_as_no="sometimes")
 
 
 def test_with_s_training_leaves_the_band_out_of_the_no_pairs_where_it_scores_like_the_own_tickets(

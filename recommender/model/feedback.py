@@ -22,8 +22,8 @@ from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fi
 from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
-from .mined_calibration import (BAND_NO, CALIBRATION_NEGATIVES, MINED_BAND, band_is_no, band_negatives,
-                                mined_band_position, mined_calibration)
+from .mined_calibration import (BAND_NO, CALIBRATION_NEGATIVES, MINED_BAND, band_negatives, mined_calibration,
+                                trained_band_is_no)
 from .weight_selection import select_by_rank, set_weights_on_filled_fields
 from ..lexical.bm25 import Bm25Scorer
 
@@ -172,9 +172,10 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
     query, `CALIBRATION_NEGATIVES` random tickets of the knowledge base and one it ranks 5th–20th
     (`mined_calibration.band_negatives`) as NO, as label-free training calibrates: feedback is mostly YES, and a
     calibrator fitted on one label maps every score to it. A label-free model's own calibration pairs, mined again
-    from the knowledge base (`mined_calibration.mined_calibration`), join them: a few dozen judgements adjust the scale
-    rather than define it. Where the mined band is not NO (`mined_calibration.band_is_no`: a knowledge base of large
-    clusters) neither band is. Returns the calibrator (None when there is nothing to fit on) and the pairs it was fitted
+    from the knowledge base (`mined_calibration.mined_calibration`), join them: a few dozen judgements adjust the
+    scale rather than define it. Where training left the mined band out of the NO pairs
+    (`mined_calibration.trained_band_is_no`: a knowledge base of large clusters, or the mining option band_as_no)
+    neither band is NO. Returns the calibrator (None when there is nothing to fit on) and the pairs it was fitted
     on: how many of each kind and their median calibrated score."""
     pairs = data.pairs
     parts = {"judged": (pair_scores(model, data), pairs.y)}
@@ -198,7 +199,7 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
                                                                    lex)), negatives.y)
         kb_scorer = kb if data.lexical is not None else None  # its first rows are `tickets`
         mined = mined_calibration(model, tickets, kb_scorer, progress)
-        if not mined or band_is_no(mined_band_position(mined), model):  # as training decided
+        if not mined or trained_band_is_no(model, mined):
             parts[BAND_NO] = band_negatives(model, data, tickets, kb_scorer, seed, progress)
         else:
             mined = {name: part for name, part in mined.items() if name != MINED_BAND}

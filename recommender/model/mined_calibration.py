@@ -132,14 +132,21 @@ def mined_band_position(parts: dict[str, tuple[np.ndarray, np.ndarray]]) -> floa
     return band_position(raw(MINED_OWN), raw(MINED_RANDOM), raw(MINED_BAND))
 
 
+def trained_band_is_no(model: TicketModel, parts: dict[str, tuple[np.ndarray, np.ndarray]]) -> bool:
+    """Whether `model`'s training took the band as NO pairs: the decision it recorded (`band_is_no`, or the mining
+    option `band_as_no`), else, for a model trained before decisions were recorded, `band_is_no` of
+    `mined_band_position(parts)`."""
+    recorded = ((model.meta.get("training") or {}).get("calibration_band") or {}).get("as_no")
+    return bool(recorded) if recorded is not None else band_is_no(mined_band_position(parts), model)
+
+
 def mined_calibration(model: TicketModel, tickets: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
                       progress: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """A label-free model's own kinds of calibration pairs, mined again from `tickets` with the mining config and
-    seed its training recorded and scored by `model` as serving scores them: {`MINED_OWN`, `MINED_RANDOM`,
-    `MINED_BAND`: (g, y)}. What `train --with-feedback` refits the calibrator on besides the
-    judgements, so that a few judgements adjust the score scale rather than define it; the refit takes the band's
-    pairs only where `band_is_no(mined_band_position(parts), model)`, as training decided. Empty for a model not trained
-    label-free, or when `tickets` cannot be mined."""
+    """A label-free model's own kinds of calibration pairs, mined again from `tickets` with the mining config and seed
+    its training recorded and scored by `model` as serving scores them: {`MINED_OWN`, `MINED_RANDOM`, `MINED_BAND`:
+    (g, y)}. What `train --with-feedback` refits the calibrator on besides the judgements, so that a few judgements
+    adjust the score scale rather than define it; the refit takes the band's pairs only where training did
+    (`trained_band_is_no`). Empty for a model not trained label-free, or when `tickets` cannot be mined."""
     training = model.meta.get("training") or {}
     if training.get("mode") != "label-free" or "config" not in (training.get("mining") or {}):
         return {}

@@ -86,9 +86,15 @@ class MiningConfig(SavedConfig):
     # signatures) are left out of what the learned channels read (`template_lines.py`); 0: none. An option
     # (e.g. 0.01), not the default: tried on 2026-11-27 and not kept (docs/internals.md, "Template lines")
     template_share: float = 0.0
+    # whether each calibration query's 5th-20th ticket is a NO pair (`mined_calibration.band_negatives`): "auto"
+    # decides from where those tickets score (`mined_calibration.band_is_no`); "always" or "never" overrides it, for a
+    # help desk that knows whether its problems recur (the automatic switch misjudges clusters of about fifteen
+    # tickets: docs/internals.md, "Kept: the band left out where it scores like the own tickets")
+    band_as_no: str = "auto"
 
     ADDED_FIELDS: ClassVar[dict] = {"template_share": 0.0,  # `SavedConfig`: models trained before the fields
-                                    "adapt_hard_negatives": False, "adapt_max_tokens": 128}
+                                    "adapt_hard_negatives": False, "adapt_max_tokens": 128, "band_as_no": "auto"}
+    BAND_AS_NO: ClassVar[tuple] = ("auto", "always", "never")
 
     def __post_init__(self):
         if self.negatives < 1:
@@ -100,6 +106,8 @@ class MiningConfig(SavedConfig):
             raise InputError(f"held_out must be within (0, 0.5), not {self.held_out}")
         if not 0.0 <= self.template_share < 1.0:
             raise InputError(f"template_share must be within [0, 1), not {self.template_share}")
+        if self.band_as_no not in self.BAND_AS_NO:
+            raise InputError(f"band_as_no must be one of {', '.join(self.BAND_AS_NO)}, not {self.band_as_no!r}")
         if (self.prefix_words < 0 or self.held_out_prefix_words < 0 or self.augmented < 0 or self.labelled_weight < 1
                 or self.hard_pool < 1 or self.adapt_pairs < 2 or self.adapt_epochs < 1
                 or not 8 <= self.adapt_max_tokens <= 512):

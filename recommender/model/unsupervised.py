@@ -306,7 +306,7 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         cal_g = pair_scores(model, cal_data)
         band_g, band_y = band_negatives(model, cal_data, tickets, kb_scorer if use_lexical else None, seed, progress)
         position = band_position(cal_g[cal.y == YES], cal_g[cal.y != YES], band_g)
-        band_as_no = band_is_no(position, model)
+        band_as_no = band_is_no(position, model) if mining.band_as_no == "auto" else mining.band_as_no == "always"
         g, y = (np.concatenate([cal_g, band_g]), np.concatenate([cal.y, band_y])) if band_as_no else (cal_g, cal.y)
         if labelled_pairs is not None:
             g, y = np.concatenate([g, pair_scores(model, lab_data)]), np.concatenate([y, labelled_pairs.y])
@@ -315,9 +315,8 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     yes = cal.y == YES
     echo(f"calibrated: held-out own-subject queries score {np.median(calibrated[yes]):.2f} (median), random "
          f"tickets {np.median(calibrated[~yes]):.2f}, the tickets they rank {CALIBRATION_BAND[0]}th to "
-         f"{CALIBRATION_BAND[1]}th {np.median(model.calibrate(band_g)):.2f}"
-         + ("" if band_as_no else f" (not taken as NO: their raw scores lie {position:.2f} of the way from random "
-                                  "tickets' to the own tickets', mostly the same problem, as where tickets recur)"))
+         f"{CALIBRATION_BAND[1]}th {np.median(model.calibrate(band_g)):.2f} "
+         f"({_band_decision(position, band_as_no, mining)})")
 
     model.meta["training"] = {
         "mode": "label-free", "mining": mined.stats, "lstm_queries": lstm_queries, "oov": oov, "history": history,
@@ -335,6 +334,19 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         if (adapted and adapted["kept"]) or static_fit:
             keep_saved_encoder(model, out_dir)
     return model
+
+
+def _band_decision(position: float, as_no: bool, mining: MiningConfig) -> str:
+    """What training tells the user about the calibration band's tickets: where they score and whether they were NO."""
+    where = (f"their raw scores lie {position:.2f} of the way from random tickets' to the own tickets'"
+             if np.isfinite(position) else "their place between random and own tickets is undefined")
+    if mining.band_as_no != "auto":
+        return (f"{'taken' if as_no else 'not taken'} as NO, as the mining option band_as_no={mining.band_as_no} "
+                f"says; {where}")
+    if as_no:
+        return (f"taken as NO: {where}; where problems recur and true matches score low, the mining option "
+                "band_as_no=never leaves them out")
+    return f"not taken as NO: {where}, mostly the same problem, as where tickets recur"
 
 
 def _short(spec: dict) -> str:
