@@ -307,6 +307,17 @@ def _band_recorded_as_mined(model, tickets) -> np.ndarray:
     return parts[MINED_BAND][0]
 
 
+def _assert_only_the_band_left_out(retrained, base, band_g) -> None:
+    """`retrained` is `base` trained again with the band's pairs left out of the NO pairs: the same network and
+    weights, the decision recorded, exactly the band's pairs fewer in the calibration."""
+    recorded = base.meta["training"]["calibration_band"]
+    assert retrained.meta["training"]["calibration_band"] == dict(recorded, as_no=False)
+    assert retrained.metric_spec() == base.metric_spec()
+    weights = zip(retrained.net.state_dict().values(), base.net.state_dict().values())
+    assert all(np.array_equal(a, b) for a, b in weights)
+    assert retrained.meta["training"]["calibration_pairs"] == base.meta["training"]["calibration_pairs"] - len(band_g)
+
+
 def test_without_s_the_band_stays_no_even_where_it_scores_like_the_own_tickets(label_free, tmp_path, monkeypatch):
     """The paper's channels: an off-topic query's best result scores like the band's tickets, so the band stays NO
     whatever its position (forced here with a threshold below every position)."""
@@ -329,12 +340,7 @@ def test_the_mining_option_overrides_the_band_decision(label_free, tmp_path):
     assert "taken as NO: their raw scores lie" in output and "band_as_no=never leaves them out" in output
     overridden, output = _train(home, tmp_path / "M", dict(TINY, mining={"band_as_no": "never"}))
     assert "not taken as NO, as the mining option band_as_no=never says" in output
-    recorded = base.meta["training"]["calibration_band"]
-    assert overridden.meta["training"]["calibration_band"] == dict(recorded, as_no=False)
-    assert overridden.metric_spec() == base.metric_spec()
-    weights = zip(overridden.net.state_dict().values(), base.net.state_dict().values())
-    assert all(np.array_equal(a, b) for a, b in weights)
-    assert overridden.meta["training"]["calibration_pairs"] == base.meta["training"]["calibration_pairs"] - len(band_g)
+    _assert_only_the_band_left_out(overridden, base, band_g)
     parts = mined_calibration(overridden, tickets, Bm25Scorer(tickets) if base.metric_spec().get("bm25") else None)
     assert band_is_no(mined_band_position(parts), overridden) and not trained_band_is_no(overridden, parts)
     assert trained_band_is_no(base, parts)
@@ -356,12 +362,7 @@ def test_with_s_training_leaves_the_band_out_of_the_no_pairs_where_it_scores_lik
     monkeypatch.setattr(calibration_mining, "BAND_AS_OWN", float("-inf"))
     clustered, output = _train(home, tmp_path / "M", TINY_DEFAULT)
     assert "not taken as NO" in output
-    recorded = base.meta["training"]["calibration_band"]
-    assert clustered.meta["training"]["calibration_band"] == dict(recorded, as_no=False)
-    assert clustered.metric_spec() == base.metric_spec()
-    weights = zip(clustered.net.state_dict().values(), base.net.state_dict().values())
-    assert all(np.array_equal(a, b) for a, b in weights)
-    assert clustered.meta["training"]["calibration_pairs"] == base.meta["training"]["calibration_pairs"] - len(band_g)
+    _assert_only_the_band_left_out(clustered, base, band_g)
     assert np.median(clustered.calibrate(band_g)) > np.median(base.calibrate(band_g))
 
     judged = tickets[20:28]
