@@ -114,13 +114,16 @@ def band_position(own: np.ndarray, random: np.ndarray, band: np.ndarray) -> floa
     return (float(np.median(band)) - low) / (high - low) if high > low else float("nan")
 
 
-def band_is_no(position: float, model: TicketModel) -> bool:
-    """Whether the band's tickets calibrate as NO pairs for `model`: unless they lie `BAND_AS_OWN` of the way to the
-    own tickets or further (`band_position`), where they are mostly the queries' own problem and NO would undersell
-    true matches, and `model` ranks with the pretrained S, under which an off-topic query's best result lies far
-    below them. Without S it scores like them (E reaches unknown words through the character BiLSTM): the paper's
-    channels on the cluster benchmark, band at 0.58, would score off-topic queries 2.29-3.41 without the band's NO
-    pairs, 1.70-1.83 with them (docs/internals.md), so there the band stays NO."""
+def band_is_no(position: float, model: TicketModel, setting: str = "auto") -> bool:
+    """Whether the band's tickets calibrate as NO pairs for `model`: as the mining option `band_as_no` (`setting`) says
+    when it is "always" or "never"; with "auto", unless they lie `BAND_AS_OWN` of the way to the own tickets or
+    further (`band_position`), where they are mostly the queries' own problem and NO would undersell true matches,
+    and `model` ranks with the pretrained S, under which an off-topic query's best result lies far below them.
+    Without S it scores like them (E reaches unknown words through the character BiLSTM): the paper's channels on
+    the cluster benchmark, band at 0.58, would score off-topic queries 2.29-3.41 without the band's NO pairs,
+    1.70-1.83 with them (docs/internals.md), so there the band stays NO."""
+    if setting != "auto":
+        return setting == "always"
     return not (position >= BAND_AS_OWN and model.metric_spec()["channels"].get("S", 0) > 0)
 
 
@@ -133,8 +136,8 @@ def mined_band_position(parts: dict[str, tuple[np.ndarray, np.ndarray]]) -> floa
 
 
 def trained_band_is_no(model: TicketModel, parts: dict[str, tuple[np.ndarray, np.ndarray]]) -> bool:
-    """Whether `model`'s training took the band as NO pairs: the decision it recorded (`band_is_no`, or the mining
-    option `band_as_no`), else, for a model trained before decisions were recorded, `band_is_no` of
+    """Whether `model`'s training took the band as NO pairs: the decision it recorded (`band_is_no` with its
+    mining option `band_as_no`), else, for a model trained before decisions were recorded, `band_is_no` of
     `mined_band_position(parts)`."""
     recorded = ((model.meta.get("training") or {}).get("calibration_band") or {}).get("as_no")
     return bool(recorded) if recorded is not None else band_is_no(mined_band_position(parts), model)

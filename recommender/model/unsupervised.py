@@ -306,7 +306,7 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         cal_g = pair_scores(model, cal_data)
         band_g, band_y = band_negatives(model, cal_data, tickets, kb_scorer if use_lexical else None, seed, progress)
         position = band_position(cal_g[cal.y == YES], cal_g[cal.y != YES], band_g)
-        band_as_no = band_is_no(position, model) if mining.band_as_no == "auto" else mining.band_as_no == "always"
+        band_as_no = band_is_no(position, model, mining.band_as_no)
         g, y = (np.concatenate([cal_g, band_g]), np.concatenate([cal.y, band_y])) if band_as_no else (cal_g, cal.y)
         if labelled_pairs is not None:
             g, y = np.concatenate([g, pair_scores(model, lab_data)]), np.concatenate([y, labelled_pairs.y])
