@@ -13,13 +13,18 @@ the same mined pairs with and without the 5th-20th NO pairs (`mined_calibration.
 training's rule picks is checked to be the model's own). It also pastes the first PASTED tickets whole (subject and
 description) and says how many come first and score 4.5 or more, the promise `benchmarks/score_promises.py` checks
 on SeaMonkey, whose tickets have no solution, and scores the best result of its off-topic queries that are off-topic
-here (all but the turbine one), which should score 2.5 or less.
+here (all but the turbine one), which should score 2.5 or less. With --feedback N, N more of the generator's queries
+each get YES on one ticket of their own problem, as engineers would judge, the model is tuned on them as `ticketrec
+train --with-feedback` tunes it (`feedback.fine_tune`, into W/feedback-N), and the tuned model is served and scored
+the same way (its last row): whether a few dozen judgements of different tickets of one problem put true matches
+where they belong.
 
     .venv/bin/python benchmarks/cluster_calibration.py --workdir W [--classes 30] [--tickets 1500] [--queries 200]
-                                                       [--pasted 100]
+                                                       [--pasted 100] [--feedback 50]
 
 The model is trained into W/model and reused when it is there (the whole run took 32 minutes on 2 cores with the
-training; 55 minutes since the selection's pasted-ticket condition, on 2 cores shared with two other trainings).
+training; 55 minutes since the selection's pasted-ticket condition, on 2 cores shared with two other trainings; with
+--classes 100 --feedback 50 and the model already trained, 15 minutes beside another run).
 Prints markdown.
 """
 from __future__ import annotations
@@ -28,6 +33,7 @@ import argparse
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +41,68 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+@dataclass
+class Served:
+    """One model served to the evaluated queries: each top-10 result's rank, whether it is of the query's own class
+    (a true match) and its raw g; the pasted tickets (came first, own raw g) and the off-topic queries' best raw g."""
+    ranks: np.ndarray
+    true: np.ndarray
+    g: np.ndarray
+    pasted_first: int
+    pasted_g: np.ndarray
+    off_topic: list
+
+    def row(self, name: str, calibrate) -> str:
+        """The table's row of this model's results scored by `calibrate`."""
+        s, own = np.asarray(calibrate(self.g)), np.asarray(calibrate(self.pasted_g))
+        other = f"{np.median(s[~self.true]):.2f}" if (~self.true).any() else "–"
+        off = ", ".join(f"{float(np.asarray(calibrate(np.array([raw])))[0]):.2f}" for _, raw in self.off_topic)
+        return (f"| {name} | {np.percentile(s[self.true], 25):.2f} / {np.median(s[self.true]):.2f} | "
+                f"{np.median(s[self.ranks == 1]):.2f} | {other} | {self.pasted_first} / {int((own >= 4.5).sum())} / "
+                f"{own.min():.2f} | {off} |")
+
+
+def serve(model, tickets, queries, query_class: dict, cls: dict, n_pasted: int) -> Served:
+    """`model` served as `ticketrec serve` would (`EngineRanker`) to `queries` (true matches: `query_class`), the
+    first `n_pasted` tickets pasted whole, and the off-topic queries that are off-topic here (all but the turbine
+    one)."""
+    from recommender.data.records import Query, Ticket
+    from recommender.evaluation.duplicates import EngineRanker
+    from score_promises import OFF_TOPIC, paste_whole
+
+    ranks, true, g = [], [], []
+    with EngineRanker(model, tickets) as ranker:
+        for q in queries:
+            for rank, (tid, raw) in enumerate(ranker.scored(Ticket(q.id, q.subject, q.description), 10), 1):
+                ranks.append(rank)
+                true.append(cls[tid] == query_class[q.id])
+                g.append(raw)
+        pasted = paste_whole(ranker.engine, tickets[:n_pasted])  # the pasted-ticket promise: first, >= 4.5
+        off_topic = [(subject, ranker.engine.recommend(Query(subject, description), k=1)[0].raw_score)
+                     for subject, description in OFF_TOPIC if "turbine" not in subject.lower()]
+    return Served(np.array(ranks), np.array(true), np.array(g), sum(first for first, _ in pasted),
+                  np.array([own.raw_score if own else 0.0 for _, own in pasted]), off_topic)
+
+
+def feedback_tuned(model, data, judged_queries, query_class: dict, cls: dict, out: Path):
+    """`model` tuned as `ticketrec train --with-feedback` tunes it (`feedback.fine_tune`, seed 0, into `out`) on
+    simulated engineers: each of `judged_queries` answered YES on one ticket of its own class (the generator's first
+    YES ticket of it)."""
+    from recommender.data.records import YES
+    from recommender.data.store import Dataset
+    from recommender.model.feedback import fine_tune
+
+    by_id = {t.id: t for t in data.tickets}
+    wanted = {q.id for q in judged_queries}
+    pairs = []
+    for pair in data.pairs:
+        if pair.score == YES and pair.query_id in wanted and cls[pair.ticket_id] == query_class[pair.query_id]:
+            pairs.append(pair)
+            wanted.discard(pair.query_id)
+    judged = Dataset([by_id[p.ticket_id] for p in pairs], list(judged_queries), pairs, source="simulated feedback")
+    return fine_tune(model, judged, None, out, seed=0, progress=False, knowledge_base=data.tickets)
 
 
 def main(argv=None) -> int:
@@ -45,22 +113,25 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--seed", type=int, default=3, help="the synthetic data's seed (the model trains with seed 0)")
     ap.add_argument("--pasted", type=int, default=100, help="how many tickets (the first ones) to paste whole")
+    ap.add_argument("--feedback", type=int, default=0,
+                    help="also tune the model on YES feedback for this many more of the generator's queries "
+                         "(train --with-feedback) and score the tuned model")
     args = ap.parse_args(argv)
 
-    from recommender.data.records import YES, Query, Ticket
+    from recommender.data.records import YES
     from recommender.data.synthetic import generate
-    from recommender.evaluation.duplicates import EngineRanker
     from recommender.lexical.bm25 import Bm25Scorer
     from recommender.model.bundle import TicketModel
     from recommender.model.calibration import Calibrator
+    from recommender.model.feedback import band_decision_words
     from recommender.model.mined_calibration import (MINED_BAND, mined_band_position, mined_calibration,
                                                      trained_band_is_no)
     from recommender.model.unsupervised import label_free_config, train_without_labels
-    from score_promises import OFF_TOPIC, paste_whole
 
     started = time.time()
-    data = generate(args.tickets, args.queries, seed=args.seed, classes=args.classes)
-    tickets = data.tickets
+    # the tickets do not depend on the number of queries: the first QUERIES queries are the same with feedback
+    data = generate(args.tickets, args.queries + args.feedback, seed=args.seed, classes=args.classes)
+    tickets, queries, judged_queries = data.tickets, data.queries[:args.queries], data.queries[args.queries:]
     out = Path(args.workdir) / "model"
     if not (out / "config.json").exists():
         train_without_labels(tickets, label_free_config(pretrained=True), out, seed=0)
@@ -85,42 +156,40 @@ def main(argv=None) -> int:
     for pair in data.pairs:
         if pair.score == YES:
             query_class.setdefault(pair.query_id, cls[pair.ticket_id])
-    ranks, true, g = [], [], []
-    with EngineRanker(model, tickets) as ranker:
-        for q in data.queries:
-            for rank, (tid, raw) in enumerate(ranker.scored(Ticket(q.id, q.subject, q.description), 10), 1):
-                ranks.append(rank)
-                true.append(cls[tid] == query_class[q.id])
-                g.append(raw)
-        pasted = paste_whole(ranker.engine, tickets[: args.pasted])  # the pasted-ticket promise: first, >= 4.5
-        # the off-topic promise (best result <= 2.5) for the queries that are off-topic here (not the turbine one)
-        off_topic = [(subject, ranker.engine.recommend(Query(subject, description), k=1)[0].raw_score)
-                     for subject, description in OFF_TOPIC if "turbine" not in subject.lower()]
-    ranks, true, g = np.array(ranks), np.array(true), np.array(g)
-    pasted_first = sum(came_first for came_first, _ in pasted)
-    pasted_g = np.array([own.raw_score if own else 0.0 for _, own in pasted])
+    served = serve(model, tickets, queries, query_class, cls, args.pasted)
+    tuned = None
+    if args.feedback:
+        tuned, report = feedback_tuned(model, data, judged_queries, query_class, cls,
+                                       Path(args.workdir) / f"feedback-{args.feedback}")
+        tuned_served = serve(tuned, tickets, queries, query_class, cls, args.pasted)
 
     sizes = Counter(cls.values())
+    true, g = served.true, served.g
     print(f"command: .venv/bin/python benchmarks/cluster_calibration.py {' '.join(sys.argv[1:])}")
     print(f"knowledge base: synthetic, {len(tickets):,} tickets in {len(sizes)} problem classes "
-          f"({min(sizes.values())}-{max(sizes.values())} tickets each), {len(data.queries)} queries (seed {args.seed}); model {out} "
-          f"({model.version}); the refit on the parts training's rule keeps equals the model's calibrator: {same}\n")
+          f"({min(sizes.values())}-{max(sizes.values())} tickets each), {len(queries)} queries (seed {args.seed}); "
+          f"model {out} ({model.version}); the refit on the parts training's rule keeps equals the model's "
+          f"calibrator: {same}\n")
     print("raw g medians of the calibration pairs: " + ", ".join(f"{n} {np.median(parts[n][0]):.3f}" for n in parts)
           + f"; of the top-10 results: true matches {np.median(g[true]):.3f}, others "
           + (f"{np.median(g[~true]):.3f}" if (~true).any() else "–")
           + f"; the band lies {position:.2f} of the way from the random tickets to the own ones "
           + f"(training {'took them as NO pairs' if as_no else 'left them out of the NO pairs'})\n")
+    if tuned is not None:
+        tuning = report["calibration"]
+        print(f"tuned on YES feedback for {args.feedback} more queries of the generator (one ticket of the query's own "
+              f"problem each) into {Path(args.workdir) / f'feedback-{args.feedback}'} ({tuned.version}); its "
+              "calibrator refitted on " + ", ".join(f"{c['pairs']} {name}" for name, c in tuning.items() if c["pairs"])
+              + band_decision_words(report.get("calibration_band")) + "\n")
     print(f"| calibrator | true matches in the top 10 ({true.sum()} of {len(true)}): score 25th pct / median | "
-          f"rank-1 results: median | other results: median | {len(pasted_g)} tickets pasted whole: first / own "
-          f"score >= 4.5 / min | off-topic best ({', '.join(s for s, _ in off_topic)}) |")
+          f"rank-1 results: median | other results: median | {len(served.pasted_g)} tickets pasted whole: first / own "
+          f"score >= 4.5 / min | off-topic best ({', '.join(s for s, _ in served.off_topic)}) |")
     print("|---|---|---|---|---|---|")
     for name, calibrate in calibrators.items():
-        s, own = np.asarray(calibrate(g)), np.asarray(calibrate(pasted_g))
-        other = f"{np.median(s[~true]):.2f}" if (~true).any() else "–"
-        off = ", ".join(f"{float(np.asarray(calibrate(np.array([raw])))[0]):.2f}" for _, raw in off_topic)
-        print(f"| {name} | {np.percentile(s[true], 25):.2f} / {np.median(s[true]):.2f} | "
-              f"{np.median(s[ranks == 1]):.2f} | {other} | {pasted_first} / {int((own >= 4.5).sum())} / "
-              f"{own.min():.2f} | {off} |")
+        print(served.row(name, calibrate))
+    if tuned is not None:
+        print(tuned_served.row(f"after feedback: the tuned model's (true matches {tuned_served.true.sum()})",
+                               tuned.calibrate))
     print(f"\n({time.time() - started:.0f} s)")
     return 0
 

@@ -374,6 +374,52 @@ def test_with_s_training_leaves_the_band_out_of_the_no_pairs_where_it_scores_lik
     assert {"judged", "random NO", "mined own-ticket YES", "mined random NO"} == set(report["calibration"])
 
 
+
+def test_feedback_places_the_band_between_random_tickets_and_the_ones_judged_yes(label_free, label_free_default):
+    """With enough YES judgements (different tickets of the query's problem: the evidence mining cannot give),
+    `train --with-feedback` leaves the band out where it lies nearer the tickets judged YES than random ones and
+    keeps it NO where nearer the random ones; with fewer, with the mining option set, or without S it follows
+    training or keeps the band NO."""
+    decide = calibration_mining.feedback_band_decision
+    from recommender.model.feedback import band_decision_words
+
+    enough = calibration_mining.JUDGED_YES_MIN
+    yes, random = np.full(enough, 0.6), np.full(4 * enough, 0.2)
+    near_yes, near_random = np.full(enough, 0.45), np.full(enough, 0.3)
+    _, model_dir, tickets = label_free_default
+    model = TicketModel.load(model_dir)
+    parts = mined_calibration(model, tickets, Bm25Scorer(tickets) if model.metric_spec().get("bm25") else None)
+    assert model.meta["training"]["calibration_band"]["as_no"] and trained_band_is_no(model, parts)
+    assert decide(model, parts, yes, random, near_yes) == {"as_no": False, "by": "judged YES", "position": 0.625}
+    assert band_decision_words(decide(model, parts, yes, random, near_yes)).endswith(
+        "band lies 0.62 of the way from random tickets to the ones judged YES: left out of the NO pairs")
+    assert decide(model, parts, yes, random, near_random) == {"as_no": True, "by": "judged YES", "position": 0.25}
+    assert decide(model, parts, yes[1:], random, near_yes) == {"as_no": True, "by": "training", "position": None}
+    model.meta["training"]["mining"]["config"]["band_as_no"] = "always"  # as a training with the option records it
+    assert decide(model, parts, yes, random, near_yes) == {"as_no": True, "by": "training", "position": None}
+    paper = TicketModel.load(label_free[1])  # without S an off-topic query's best result scores like the band
+    assert decide(paper, {}, yes, random, near_yes) == {"as_no": True, "by": "judged YES", "position": 0.625}
+
+
+def test_feedback_with_enough_yes_judgements_says_and_records_its_band_decision(label_free_default, tmp_path):
+    """`fine_tune` with `JUDGED_YES_MIN` YES judgements decides the band by them, records the decision and fits the
+    calibrator on the band's pairs exactly when it takes them as NO."""
+    from recommender.model.feedback import fine_tune
+    from recommender.model.mined_calibration import BAND_NO, JUDGED_YES_MIN
+
+    _, model_dir, tickets = label_free_default
+    judged = tickets[20:20 + JUDGED_YES_MIN + 4]  # fine_tune holds a share of the queries out of the refit
+    queries = [Query(f"{t.subject} again", t.description[:60], id=f"fb-{i}") for i, t in enumerate(judged)]
+    feedback = Dataset(list(judged), queries, [LabeledPair(q.id, t.id, 5.0) for q, t in zip(queries, judged)],
+                       source="feedback")
+    tuned, report = fine_tune(TicketModel.load(model_dir), feedback, None, tmp_path / "tuned", seed=0, epochs=1,
+                              progress=False, knowledge_base=tickets)
+    band = report["calibration_band"]
+    assert band["by"] == "judged YES" and report["calibration"]["judged"]["pairs"] >= JUDGED_YES_MIN
+    assert (BAND_NO in report["calibration"]) == (MINED_BAND in report["calibration"]) == band["as_no"]
+    assert band["as_no"] == (band["position"] is None or band["position"] < calibration_mining.BAND_AS_OWN)
+    assert TicketModel.load(tmp_path / "tuned").meta["fine_tuning"][-1]["calibration_band"] == band
+
 def _serving_engine(home, model_dir):
     """The serving engine over an index of the home's tickets built with `model_dir` (every ticket scored)."""
     from recommender.config import Settings

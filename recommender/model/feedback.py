@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from ..errors import InputError
 from .bundle import TicketModel
-from ..data.records import LABEL_SCORES, NO, LabeledPair, Query, Ticket
+from ..data.records import LABEL_SCORES, NO, YES, LabeledPair, Query, Ticket
 from ..data.store import Dataset, Store, query_key
 from .calibration import Calibrator
 from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fit, lexical_features, mean_distance,
@@ -22,8 +22,8 @@ from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fi
 from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
-from .mined_calibration import (BAND_NO, CALIBRATION_NEGATIVES, MINED_BAND, band_negatives, mined_calibration,
-                                trained_band_is_no)
+from .mined_calibration import (BAND_NO, CALIBRATION_BAND, CALIBRATION_NEGATIVES, MINED_BAND, band_negatives,
+                                feedback_band_decision, mined_calibration)
 from .weight_selection import select_by_rank, set_weights_on_filled_fields
 from ..lexical.bm25 import Bm25Scorer
 
@@ -139,17 +139,18 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
             _say(f"weights on {selection['queries']} judged queries: MRR@10 {selection['current']:.3f} with the "
                  f"model's, {selection['cross_validated']:.3f} re-selected (cross-validated; standard error of "
                  f"the difference {selection['stderr']:.3f}): {'re-selected' if selection['changed'] else 'kept'}")
-    calibrator, calibration = _recalibrate(tuned, fit_set, list(knowledge_base), kb, seed, progress)
+    calibrator, calibration, band = _recalibrate(tuned, fit_set, list(knowledge_base), kb, seed, progress)
     tuned.calibrator = calibrator or model.calibrator
     if calibration and progress:
         _say("recalibrated on " + ", ".join(f"{c['pairs']} {name} pairs (median score {c['median_score']})"
-                                            for name, c in calibration.items() if c["pairs"]))
+                                            for name, c in calibration.items() if c["pairs"])
+             + band_decision_words(band))
     after = evaluate(tuned, dev_set) if dev_set is not None else None
     report = {"base_version": base_version, "train_pairs": len(fit_pairs),
               "held_out_pairs": len(dev_pairs) if dev_pairs else 0,
               "epochs": config.epochs if epochs is None else epochs, "before": before, "after": after,
               "history": history, "sentence_encoder": adaptation, "weight_selection": selection,
-              "calibration": calibration,
+              "calibration": calibration, "calibration_band": band,
               "wall_seconds": round(time.time() - started, 1)}
     tuned.meta.setdefault("fine_tuning", []).append(
         {**report, "data_fingerprint": dataset_fingerprint(train, held_out)})
@@ -161,24 +162,40 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
     return tuned, report
 
 
+def band_decision_words(band: dict | None) -> str:
+    """The band decision of `_recalibrate` (`fine_tune`'s report, "calibration_band") in words, as the end of its
+    progress line ("" for None)."""
+    if band is None:
+        return ""
+    verdict = "taken as NO pairs" if band["as_no"] else "left out of the NO pairs"
+    name = f"the {CALIBRATION_BAND[0]}th-{CALIBRATION_BAND[1]}th band"
+    if band["by"] == "training":
+        return f"; {name} {verdict}, as training decided"
+    if band["position"] is None:
+        return f"; the tickets judged YES score no higher than random ones: {name} {verdict}"
+    return f"; {name} lies {band['position']:.2f} of the way from random tickets to the ones judged YES: {verdict}"
+
+
 def _say(line: str) -> None:
     """A progress line on standard error, between progress bars (standard output carries the CLI's JSON)."""
     tqdm.write(line, file=sys.stderr)
 
 
 def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Ticket], kb: Bm25Scorer | None,
-                 seed: int, progress: bool) -> tuple[Calibrator | None, dict]:
+                 seed: int, progress: bool) -> tuple[Calibrator | None, dict, dict | None]:
     """The calibrator refitted (centred isotonic, ties broken by raw score) on the judged pairs and, for each judged
     query, `CALIBRATION_NEGATIVES` random tickets of the knowledge base and one it ranks 5th–20th
     (`mined_calibration.band_negatives`) as NO, as label-free training calibrates: feedback is mostly YES, and a
     calibrator fitted on one label maps every score to it. A label-free model's own calibration pairs, mined again
     from the knowledge base (`mined_calibration.mined_calibration`), join them: a few dozen judgements adjust the
-    scale rather than define it. Where training left the mined band out of the NO pairs
-    (`mined_calibration.trained_band_is_no`: a knowledge base of large clusters, or the mining option band_as_no)
-    neither band is NO. Returns the calibrator (None when there is nothing to fit on) and the pairs it was fitted
-    on: how many of each kind and their median calibrated score."""
+    scale rather than define it. Neither band is NO where `mined_calibration.feedback_band_decision` says so: the
+    judged queries' band lies nearer the tickets engineers judged YES than random ones (with enough YES judgements),
+    or training left the mined band out (a knowledge base of large clusters, or the mining option band_as_no).
+    Returns the calibrator (None when there is nothing to fit on), the pairs it was fitted on (how many of each kind
+    and their median calibrated score) and the band decision (None without a knowledge base)."""
     pairs = data.pairs
     parts = {"judged": (pair_scores(model, data), pairs.y)}
+    band_decision = None
     if tickets:
         rng = np.random.default_rng(seed + 5)
         judged = {(int(qi), pairs.tickets[int(ti)].id) for qi, ti in zip(pairs.q, pairs.t)}
@@ -199,19 +216,23 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
                                                                    lex)), negatives.y)
         kb_scorer = kb if data.lexical is not None else None  # its first rows are `tickets`
         mined = mined_calibration(model, tickets, kb_scorer, progress)
-        if not mined or trained_band_is_no(model, mined):
-            parts[BAND_NO] = band_negatives(model, data, tickets, kb_scorer, seed, progress)
+        band = band_negatives(model, data, tickets, kb_scorer, seed, progress)
+        judged_g, judged_y = parts["judged"]
+        band_decision = feedback_band_decision(model, mined, judged_g[judged_y == YES],
+                                               parts["random NO"][0] if "random NO" in parts else np.empty(0), band[0])
+        if band_decision["as_no"]:
+            parts[BAND_NO] = band
         else:
             mined = {name: part for name, part in mined.items() if name != MINED_BAND}
         parts.update(mined)
     g = np.concatenate([part[0] for part in parts.values()])
     y = np.concatenate([part[1] for part in parts.values()])
     if len(np.unique(y)) < 2:
-        return None, {}
+        return None, {}, band_decision
     calibrator = Calibrator.fit_centered(g, y)
     return calibrator, {name: {"pairs": int(len(part[0])),
                                "median_score": round(float(np.median(calibrator(part[0]))), 2) if len(part[0]) else None}
-                        for name, part in parts.items()}
+                        for name, part in parts.items()}, band_decision
 
 
 def reselect_weights(model: TicketModel, judged: JudgedQueries, seed: int = 0, progress: bool = False) -> dict:

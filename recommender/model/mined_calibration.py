@@ -5,7 +5,8 @@ tickets NO (`calibration_pairs`), and against one ticket it ranks 5th to 20th NO
 unrelated best match scores. Where the band's tickets score like the queries' own (`band_position`), as in a help
 desk whose tickets recur in large clusters, they are mostly the same problem and a model that ranks with S leaves
 them out (`band_is_no`). `mined_calibration` mines the same pairs again for a saved model, for `train
---with-feedback`'s refit.
+--with-feedback`'s refit, which decides the band against the tickets engineers judged YES where it has enough of them
+(`feedback_band_decision`).
 """
 from __future__ import annotations
 
@@ -32,8 +33,12 @@ BAND_TICKETS = 1000
 #: are mostly the query's own problem, a help desk whose tickets recur in large clusters (a synthetic one of 30
 #: problems: 0.67; SeaMonkey 0.16, SemEval-2016 0.19-0.29; docs/internals.md, "Kept: the band left out where it
 #: scores like the own tickets"), for models that rank with S (`band_is_no`). A hard switch: with 100 problems of
-#: 7-24 tickets the band lies at 0.48, stays NO and undersells true matches (1.22 at the median, 2.14 without it).
+#: 7-24 tickets the band lies at 0.48, stays NO and undersells true matches (1.22 at the median, 2.14 without it)
+#: until feedback decides it (`feedback_band_decision`).
 BAND_AS_OWN = 0.5
+#: The fewest YES judgements from which `train --with-feedback` places the band between the judged queries' random
+#: tickets and the tickets engineers judged YES (`feedback_band_decision`) rather than following training's decision.
+JUDGED_YES_MIN = 10
 #: The names of the calibration parts: the judged queries' band (`train --with-feedback`), and `mined_calibration`'s
 #: three kinds.
 BAND_NO = f"ranked {CALIBRATION_BAND[0]}th-{CALIBRATION_BAND[1]}th NO"
@@ -141,6 +146,27 @@ def trained_band_is_no(model: TicketModel, parts: dict[str, tuple[np.ndarray, np
     `mined_band_position(parts)`."""
     recorded = ((model.meta.get("training") or {}).get("calibration_band") or {}).get("as_no")
     return bool(recorded) if recorded is not None else band_is_no(mined_band_position(parts), model)
+
+
+def feedback_band_decision(model: TicketModel, mined_parts: dict[str, tuple[np.ndarray, np.ndarray]],
+                           judged_yes: np.ndarray, random: np.ndarray, band: np.ndarray) -> dict:
+    """Whether `train --with-feedback`'s refit takes the band as NO pairs: {"as_no", "position", "by"}.
+
+    With at least `JUDGED_YES_MIN` YES judgements and the mining option "auto", by "judged YES": `band_is_no` of
+    where the judged queries' band (`band`, raw g) lies from their random tickets (`random`, 0) to the tickets
+    engineers judged YES (`judged_yes`, 1). Those are different tickets of the query's problem, the evidence that
+    mining's own tickets cannot give: a knowledge base of ~15-ticket clusters puts its band short of the switch
+    measured against the own tickets, yet where its true matches lie (docs/internals.md). Otherwise by "training":
+    its decision (`trained_band_is_no` of `mined_parts`; NO for a model not trained label-free), position None."""
+    training = model.meta.get("training") or {}
+    saved = (training.get("mining") or {}).get("config")
+    setting = MiningConfig.from_saved(saved).band_as_no if saved else "auto"
+    if setting == "auto" and len(judged_yes) >= JUDGED_YES_MIN:
+        position = band_position(judged_yes, random, band)
+        return {"as_no": band_is_no(position, model), "by": "judged YES",
+                "position": None if np.isnan(position) else round(position, 3)}
+    return {"as_no": trained_band_is_no(model, mined_parts) if mined_parts else True, "by": "training",
+            "position": None}
 
 
 def mined_calibration(model: TicketModel, tickets: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
