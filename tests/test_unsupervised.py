@@ -380,9 +380,9 @@ def test_feedback_places_the_band_between_random_tickets_and_the_ones_judged_yes
     `train --with-feedback` leaves the band out where it lies nearer the tickets judged YES than random ones and
     keeps it NO where nearer the random ones; with fewer, with the mining option set, or without S it follows
     training or keeps the band NO."""
-    decide = calibration_mining.feedback_band_decision
     from recommender.model.feedback import band_decision_words
 
+    decide = calibration_mining.feedback_band_decision
     enough = calibration_mining.JUDGED_YES_MIN
     yes, random = np.full(enough, 0.6), np.full(4 * enough, 0.2)
     near_yes, near_random = np.full(enough, 0.45), np.full(enough, 0.3)
@@ -412,8 +412,8 @@ def test_feedback_with_enough_yes_judgements_says_and_records_its_band_decision(
     queries = [Query(f"{t.subject} again", t.description[:60], id=f"fb-{i}") for i, t in enumerate(judged)]
     feedback = Dataset(list(judged), queries, [LabeledPair(q.id, t.id, 5.0) for q, t in zip(queries, judged)],
                        source="feedback")
-    tuned, report = fine_tune(TicketModel.load(model_dir), feedback, None, tmp_path / "tuned", seed=0, epochs=1,
-                              progress=False, knowledge_base=tickets)
+    _, report = fine_tune(TicketModel.load(model_dir), feedback, None, tmp_path / "tuned", seed=0, epochs=1,
+                          progress=False, knowledge_base=tickets)
     band = report["calibration_band"]
     assert band["by"] == "judged YES" and report["calibration"]["judged"]["pairs"] >= JUDGED_YES_MIN
     assert (BAND_NO in report["calibration"]) == (MINED_BAND in report["calibration"]) == band["as_no"]
