@@ -86,23 +86,17 @@ def serve(model, tickets, queries, query_class: dict, cls: dict, n_pasted: int) 
                   np.array([own.raw_score if own else 0.0 for _, own in pasted]), off_topic)
 
 
-def feedback_tuned(model, data, judged_queries, query_class: dict, cls: dict, out: Path):
+def feedback_tuned(model, tickets, judged_queries, first_yes: dict, out: Path):
     """`model` tuned as `ticketrec train --with-feedback` tunes it (`feedback.fine_tune`, seed 0, into `out`) on
-    simulated engineers: each of `judged_queries` answered YES on one ticket of its own class (the generator's first
-    YES ticket of it)."""
-    from recommender.data.records import YES
+    simulated engineers: each of `judged_queries` answered YES on one ticket of its own class (`first_yes`: the
+    generator's first YES pair of each query)."""
     from recommender.data.store import Dataset
     from recommender.model.feedback import fine_tune
 
-    by_id = {t.id: t for t in data.tickets}
-    wanted = {q.id for q in judged_queries}
-    pairs = []
-    for pair in data.pairs:
-        if pair.score == YES and pair.query_id in wanted and cls[pair.ticket_id] == query_class[pair.query_id]:
-            pairs.append(pair)
-            wanted.discard(pair.query_id)
+    by_id = {t.id: t for t in tickets}
+    pairs = [first_yes[q.id] for q in judged_queries]
     judged = Dataset([by_id[p.ticket_id] for p in pairs], list(judged_queries), pairs, source="simulated feedback")
-    return fine_tune(model, judged, None, out, seed=0, progress=False, knowledge_base=data.tickets)
+    return fine_tune(model, judged, None, out, seed=0, progress=False, knowledge_base=tickets)
 
 
 def main(argv=None) -> int:
@@ -152,14 +146,15 @@ def main(argv=None) -> int:
                    "refitted without the 5th-20th NO pairs": refit([n for n in parts if n != MINED_BAND])}
 
     cls = {t.id: (t.metadata["archetype"], t.metadata["cause"]) for t in tickets}
-    query_class = {}
+    first_yes = {}  # each query's first YES pair: a ticket of its own class
     for pair in data.pairs:
         if pair.score == YES:
-            query_class.setdefault(pair.query_id, cls[pair.ticket_id])
+            first_yes.setdefault(pair.query_id, pair)
+    query_class = {qid: cls[pair.ticket_id] for qid, pair in first_yes.items()}
     served = serve(model, tickets, queries, query_class, cls, args.pasted)
     tuned = None
     if args.feedback:
-        tuned, report = feedback_tuned(model, data, judged_queries, query_class, cls,
+        tuned, report = feedback_tuned(model, tickets, judged_queries, first_yes,
                                        Path(args.workdir) / f"feedback-{args.feedback}")
         tuned_served = serve(tuned, tickets, queries, query_class, cls, args.pasted)
 

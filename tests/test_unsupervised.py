@@ -385,7 +385,13 @@ def test_feedback_places_the_band_between_random_tickets_and_the_ones_judged_yes
     decide = calibration_mining.feedback_band_decision
     enough = calibration_mining.JUDGED_YES_MIN
     yes, random = np.full(enough, 0.6), np.full(4 * enough, 0.2)
-    near_yes, near_random = np.full(enough, 0.45), np.full(enough, 0.3)
+
+    def near_yes():  # the judged queries' band, ranked only when the judgements decide
+        return np.full(enough, 0.45)
+
+    def near_random():
+        return np.full(enough, 0.3)
+
     _, model_dir, tickets = label_free_default
     model = TicketModel.load(model_dir)
     parts = mined_calibration(model, tickets, Bm25Scorer(tickets) if model.metric_spec().get("bm25") else None)

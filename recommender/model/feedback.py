@@ -4,6 +4,7 @@ This is the "corrigibility" the source papers ask for: annotated mistakes are fe
 """
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -216,12 +217,14 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
                                                                    lex)), negatives.y)
         kb_scorer = kb if data.lexical is not None else None  # its first rows are `tickets`
         mined = mined_calibration(model, tickets, kb_scorer, progress)
-        band = band_negatives(model, data, tickets, kb_scorer, seed, progress)
+        # the judged queries' band ranks up to BAND_TICKETS tickets: only when the decision or the fit needs it
+        band = functools.cache(lambda: band_negatives(model, data, tickets, kb_scorer, seed, progress))
         judged_g, judged_y = parts["judged"]
         band_decision = feedback_band_decision(model, mined, judged_g[judged_y == YES],
-                                               parts["random NO"][0] if "random NO" in parts else np.empty(0), band[0])
+                                               parts["random NO"][0] if "random NO" in parts else np.empty(0),
+                                               lambda: band()[0])
         if band_decision["as_no"]:
-            parts[BAND_NO] = band
+            parts[BAND_NO] = band()
         else:
             mined = {name: part for name, part in mined.items() if name != MINED_BAND}
         parts.update(mined)

@@ -10,7 +10,7 @@ them out (`band_is_no`). `mined_calibration` mines the same pairs again for a sa
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -149,20 +149,21 @@ def trained_band_is_no(model: TicketModel, parts: dict[str, tuple[np.ndarray, np
 
 
 def feedback_band_decision(model: TicketModel, mined_parts: dict[str, tuple[np.ndarray, np.ndarray]],
-                           judged_yes: np.ndarray, random: np.ndarray, band: np.ndarray) -> dict:
+                           judged_yes: np.ndarray, random: np.ndarray, band: Callable[[], np.ndarray]) -> dict:
     """Whether `train --with-feedback`'s refit takes the band as NO pairs: {"as_no", "position", "by"}.
 
     With at least `JUDGED_YES_MIN` YES judgements and the mining option "auto", by "judged YES": `band_is_no` of
-    where the judged queries' band (`band`, raw g) lies from their random tickets (`random`, 0) to the tickets
-    engineers judged YES (`judged_yes`, 1). Those are different tickets of the query's problem, the evidence that
-    mining's own tickets cannot give: a knowledge base of ~15-ticket clusters puts its band short of the switch
-    measured against the own tickets, yet where its true matches lie (docs/internals.md). Otherwise by "training":
-    its decision (`trained_band_is_no` of `mined_parts`; NO for a model not trained label-free), position None."""
+    where the judged queries' band (raw g, `band()`: called only here, as ranking it costs) lies from their random
+    tickets (`random`, 0) to the tickets engineers judged YES (`judged_yes`, 1). Those are different tickets of the
+    query's problem, the evidence that mining's own tickets cannot give: a knowledge base of ~15-ticket clusters puts
+    its band short of the switch measured against the own tickets, yet where its true matches lie
+    (docs/internals.md). Otherwise by "training": its decision (`trained_band_is_no` of `mined_parts`; NO for a model
+    not trained label-free), position None."""
     training = model.meta.get("training") or {}
     saved = (training.get("mining") or {}).get("config")
     setting = MiningConfig.from_saved(saved).band_as_no if saved else "auto"
     if setting == "auto" and len(judged_yes) >= JUDGED_YES_MIN:
-        position = band_position(judged_yes, random, band)
+        position = band_position(judged_yes, random, band())
         return {"as_no": band_is_no(position, model), "by": "judged YES",
                 "position": None if np.isnan(position) else round(position, 3)}
     return {"as_no": trained_band_is_no(model, mined_parts) if mined_parts else True, "by": "training",
