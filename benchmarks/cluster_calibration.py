@@ -17,14 +17,18 @@ here (all but the turbine one), which should score 2.5 or less. With --feedback 
 each get YES on one ticket of their own problem, as engineers would judge, the model is tuned on them as `ticketrec
 train --with-feedback` tunes it (`feedback.fine_tune`, into W/feedback-N), and the tuned model is served and scored
 the same way (its last row): whether a few dozen judgements of different tickets of one problem put true matches
-where they belong.
+where they belong. With --labelled N the same N judgements are instead labelled pairs of a second label-free training
+(into W/labelled-N), as `ticketrec train` trains with engineers' feedback in the store, and that model is served and
+scored with its own calibrator and with the one training's mined decision alone would have fitted (its band as
+training decided without the labelled YES pairs).
 
     .venv/bin/python benchmarks/cluster_calibration.py --workdir W [--classes 30] [--tickets 1500] [--queries 200]
-                                                       [--pasted 100] [--feedback 50]
+                                                       [--pasted 100] [--feedback 50] [--labelled 50]
 
 The model is trained into W/model and reused when it is there (the whole run took 32 minutes on 2 cores with the
 training; 55 minutes since the selection's pasted-ticket condition, on 2 cores shared with two other trainings; with
---classes 100 --feedback 50 and the model already trained, 15 minutes beside another run).
+--classes 100 --feedback 50 and the model already trained, 15 minutes beside another run; --classes 100 --labelled
+50 with it, 28 minutes with the second training, beside two other runs).
 Prints markdown.
 """
 from __future__ import annotations
@@ -90,13 +94,47 @@ def feedback_tuned(model, tickets, judged_queries, first_yes: dict, out: Path):
     """`model` tuned as `ticketrec train --with-feedback` tunes it (`feedback.fine_tune`, seed 0, into `out`) on
     simulated engineers: each of `judged_queries` answered YES on one ticket of its own class (`first_yes`: the
     generator's first YES pair of each query)."""
-    from recommender.data.store import Dataset
     from recommender.model.feedback import fine_tune
+
+    judged = judged_dataset(tickets, judged_queries, first_yes)
+    return fine_tune(model, judged, None, out, seed=0, progress=False, knowledge_base=tickets)
+
+
+def judged_dataset(tickets, judged_queries, first_yes: dict):
+    """Simulated engineers' feedback: each of `judged_queries` answered YES on one ticket of its own class
+    (`first_yes`: the generator's first YES pair of each query)."""
+    from recommender.data.store import Dataset
 
     by_id = {t.id: t for t in tickets}
     pairs = [first_yes[q.id] for q in judged_queries]
-    judged = Dataset([by_id[p.ticket_id] for p in pairs], list(judged_queries), pairs, source="simulated feedback")
-    return fine_tune(model, judged, None, out, seed=0, progress=False, knowledge_base=tickets)
+    return Dataset([by_id[p.ticket_id] for p in pairs], list(judged_queries), pairs, source="simulated feedback")
+
+
+def labelled_trained(tickets, judged, out: Path):
+    """A label-free model trained (seed 0, into `out`, reused when there) with `judged` as labelled pairs, as
+    `ticketrec train` trains with engineers' feedback in the store; and the calibrator its training would have fitted
+    by the mined band decision alone (the band's pairs NO as that decision says, the labelled pairs as they are)."""
+    from recommender.lexical.bm25 import Bm25Scorer
+    from recommender.model.bundle import TicketModel
+    from recommender.model.calibration import Calibrator
+    from recommender.model.mined_calibration import MINED_BAND, band_is_no, mined_band_position, mined_calibration
+    from recommender.model.mining import MiningConfig
+    from recommender.model.pairs import PairSet
+    from recommender.model.training import PreparedPairs, lexical_features, pair_scores
+    from recommender.model.unsupervised import label_free_config, train_without_labels
+
+    if not (out / "config.json").exists():
+        train_without_labels(tickets, label_free_config(pretrained=True), out, seed=0, labelled=judged)
+    model = TicketModel.load(out)
+    kb = Bm25Scorer(tickets) if model.metric_spec().get("bm25") else None
+    parts = mined_calibration(model, tickets, kb)
+    mining = MiningConfig.from_saved(model.meta["training"]["mining"]["config"])
+    mined_as_no = band_is_no(mined_band_position(parts), model, mining.band_as_no)
+    pairs = PairSet.from_dataset(judged, "labelled")
+    lab_g = pair_scores(model, PreparedPairs.of(model, pairs, lexical_features(pairs, kb) if kb else None, False))
+    kept = [part for name, part in parts.items() if mined_as_no or name != MINED_BAND] + [(lab_g, pairs.y)]
+    by_mined = Calibrator.fit_centered(np.concatenate([g for g, _ in kept]), np.concatenate([y for _, y in kept]))
+    return model, by_mined, mined_as_no
 
 
 def main(argv=None) -> int:
@@ -110,6 +148,9 @@ def main(argv=None) -> int:
     ap.add_argument("--feedback", type=int, default=0,
                     help="also tune the model on YES feedback for this many more of the generator's queries "
                          "(train --with-feedback) and score the tuned model")
+    ap.add_argument("--labelled", type=int, default=0,
+                    help="also train a label-free model with YES labels for this many more of the generator's queries "
+                         "(ticketrec train with that feedback in the store) and score it")
     args = ap.parse_args(argv)
 
     from recommender.data.records import YES
@@ -124,7 +165,8 @@ def main(argv=None) -> int:
 
     started = time.time()
     # the tickets do not depend on the number of queries: the first QUERIES queries are the same with feedback
-    data = generate(args.tickets, args.queries + args.feedback, seed=args.seed, classes=args.classes)
+    extra = max(args.feedback, args.labelled)  # the same judged queries for both
+    data = generate(args.tickets, args.queries + extra, seed=args.seed, classes=args.classes)
     tickets, queries, judged_queries = data.tickets, data.queries[:args.queries], data.queries[args.queries:]
     out = Path(args.workdir) / "model"
     if not (out / "config.json").exists():
@@ -157,6 +199,12 @@ def main(argv=None) -> int:
         tuned, report = feedback_tuned(model, tickets, judged_queries, first_yes,
                                        Path(args.workdir) / f"feedback-{args.feedback}")
         tuned_served = serve(tuned, tickets, queries, query_class, cls, args.pasted)
+    labelled = None
+    if args.labelled:
+        labelled, by_mined, mined_as_no = labelled_trained(
+            tickets, judged_dataset(tickets, judged_queries[:args.labelled], first_yes),
+            Path(args.workdir) / f"labelled-{args.labelled}")
+        labelled_served = serve(labelled, tickets, queries, query_class, cls, args.pasted)
 
     sizes = Counter(cls.values())
     true, g = served.true, served.g
@@ -176,6 +224,12 @@ def main(argv=None) -> int:
               f"problem each) into {Path(args.workdir) / f'feedback-{args.feedback}'} ({tuned.version}); its "
               "calibrator refitted on " + ", ".join(f"{c['pairs']} {name}" for name, c in tuning.items() if c["pairs"])
               + band_decision_words(report.get("calibration_band")) + "\n")
+    if labelled is not None:
+        band = labelled.meta["training"]["calibration_band"]
+        print(f"trained with YES labels for {args.labelled} more queries of the generator into "
+              f"{Path(args.workdir) / f'labelled-{args.labelled}'} ({labelled.version}): the band's decision "
+              f"{band}; by the mined band alone it would {'' if mined_as_no else 'not '}have been NO (that refit "
+              f"equals the model's calibrator: {np.allclose(by_mined(probe), labelled.calibrate(probe))})\n")
     print(f"| calibrator | true matches in the top 10 ({true.sum()} of {len(true)}): score 25th pct / median | "
           f"rank-1 results: median | other results: median | {len(served.pasted_g)} tickets pasted whole: first / own "
           f"score >= 4.5 / min | off-topic best ({', '.join(s for s, _ in served.off_topic)}) |")
@@ -185,6 +239,11 @@ def main(argv=None) -> int:
     if tuned is not None:
         print(tuned_served.row(f"after feedback: the tuned model's (true matches {tuned_served.true.sum()})",
                                tuned.calibrate))
+    if labelled is not None:
+        print(labelled_served.row(f"trained with {args.labelled} YES labels: by the mined decision alone (before) "
+                                  f"(true matches {labelled_served.true.sum()})", by_mined))
+        print(labelled_served.row(f"trained with {args.labelled} YES labels: the model's ({band['by']})",
+                                  labelled.calibrate))
     print(f"\n({time.time() - started:.0f} s)")
     return 0
 

@@ -51,11 +51,11 @@ def _imported_home(tmp):
     return home, data.tickets
 
 
-def _train(home, out, config: dict):
-    """`ticketrec train --out OUT --config CONFIG` on the home's tickets — label-free, as a help desk would run it;
-    (the model, the CLI's output)."""
+def _train(home, out, config: dict, *args: str):
+    """`ticketrec train --out OUT --config CONFIG [ARGS]` on the home's tickets — label-free, as a help desk would run
+    it; (the model, the CLI's output)."""
     (out.parent / "config.json").write_text(json.dumps(config))
-    result = CliRunner().invoke(main, ["train", "--out", str(out), "--config", str(out.parent / "config.json")],
+    result = CliRunner().invoke(main, ["train", "--out", str(out), "--config", str(out.parent / "config.json"), *args],
                                 env=_env(home))
     assert result.exit_code == 0, result.output
     return TicketModel.load(out), result.output
@@ -307,11 +307,13 @@ def _band_recorded_as_mined(model, tickets) -> np.ndarray:
     return parts[MINED_BAND][0]
 
 
-def _assert_only_the_band_left_out(retrained, base, band_g) -> None:
+def _assert_only_the_band_left_out(retrained, base, band_g, by: str = "mined") -> None:
     """`retrained` is `base` trained again with the band's pairs left out of the NO pairs: the same network and
-    weights, the decision recorded, exactly the band's pairs fewer in the calibration."""
+    weights, the decision recorded (made `by` the mined band's position or the mining option), exactly the band's
+    pairs fewer in the calibration."""
     recorded = base.meta["training"]["calibration_band"]
-    assert retrained.meta["training"]["calibration_band"] == dict(recorded, as_no=False)
+    assert recorded["by"] == "mined"
+    assert retrained.meta["training"]["calibration_band"] == dict(recorded, as_no=False, by=by)
     assert retrained.metric_spec() == base.metric_spec()
     weights = zip(retrained.net.state_dict().values(), base.net.state_dict().values())
     assert all(np.array_equal(a, b) for a, b in weights)
@@ -340,7 +342,7 @@ def test_the_mining_option_overrides_the_band_decision(label_free, tmp_path):
     assert "taken as NO: their raw scores lie" in output and "band_as_no=never leaves them out" in output
     overridden, output = _train(home, tmp_path / "M", dict(TINY, mining={"band_as_no": "never"}))
     assert "not taken as NO, as the mining option band_as_no=never says" in output
-    _assert_only_the_band_left_out(overridden, base, band_g)
+    _assert_only_the_band_left_out(overridden, base, band_g, by="option")
     parts = mined_calibration(overridden, tickets, Bm25Scorer(tickets) if base.metric_spec().get("bm25") else None)
     assert band_is_no(mined_band_position(parts), overridden) and not trained_band_is_no(overridden, parts)
     assert trained_band_is_no(base, parts)
@@ -406,6 +408,15 @@ def test_feedback_places_the_band_between_random_tickets_and_the_ones_judged_yes
     paper = TicketModel.load(label_free[1])  # without S an off-topic query's best result scores like the band
     assert decide(paper, {}, yes, random, near_yes) == {"as_no": True, "by": "judged YES", "position": 0.625}
 
+    def not_called():
+        raise AssertionError("ranked although the YES pairs do not decide")
+
+    by_yes = calibration_mining.yes_band_decision  # training's decision by labelled YES pairs (feedback in the store)
+    assert by_yes(model, "auto", yes, lambda: random, near_yes, "labelled YES") == {
+        "as_no": False, "by": "labelled YES", "position": 0.625}
+    assert by_yes(model, "auto", yes[1:], not_called, not_called, "labelled YES") is None
+    assert by_yes(model, "never", yes, not_called, not_called, "labelled YES") is None
+
 
 def test_feedback_with_enough_yes_judgements_says_and_records_its_band_decision(label_free_default, tmp_path):
     """`fine_tune` with `JUDGED_YES_MIN` YES judgements decides the band by them, records the decision and fits the
@@ -425,6 +436,54 @@ def test_feedback_with_enough_yes_judgements_says_and_records_its_band_decision(
     assert (BAND_NO in report["calibration"]) == (MINED_BAND in report["calibration"]) == band["as_no"]
     assert band["as_no"] == (band["position"] is None or band["position"] < calibration_mining.BAND_AS_OWN)
     assert TicketModel.load(tmp_path / "tuned").meta["fine_tuning"][-1]["calibration_band"] == band
+
+def test_label_free_training_with_enough_yes_labels_decides_the_band_by_them(label_free_default, tmp_path):
+    """`ticketrec train` with labelled pairs (a --train file; engineers' feedback in the store joins the same way) of
+    at least `JUDGED_YES_MIN` YES pairs decides the band as `train --with-feedback` does: where it lies between the
+    labelled queries' random tickets and their YES tickets. It says so, records it, and fits the calibrator on the
+    band's pairs exactly when it takes them as NO."""
+    from recommender.model.mined_calibration import JUDGED_YES_MIN
+
+    home, model_dir, tickets = label_free_default
+    base = TicketModel.load(model_dir)
+    band_g = _band_recorded_as_mined(base, tickets)
+    judged = tickets[20:20 + JUDGED_YES_MIN + 2]
+    queries = [Query(f"{t.subject} again", t.description[:60], id=f"lab-{i}") for i, t in enumerate(judged)]
+    labels = Dataset([], queries, [LabeledPair(q.id, t.id, 5.0) for q, t in zip(queries, judged)], source="labels")
+    labelled, output = _train(home, tmp_path / "M", TINY_DEFAULT, "--train",
+                              str(write_jsonl(labels, tmp_path / "labels.jsonl")))
+    band = labelled.meta["training"]["calibration_band"]
+    assert band["by"] == "labelled YES" and "by the labelled YES pairs: for their queries the band lies" in output
+    assert band["as_no"] == band_is_no(np.nan if band["labelled_position"] is None else band["labelled_position"],
+                                       labelled)
+    pairs = labelled.meta["training"]["calibration_pairs"]
+    assert pairs == base.meta["training"]["calibration_pairs"] - (0 if band["as_no"] else len(band_g)) + len(judged)
+    few = Dataset([], queries[:3], labels.pairs[:3], source="labels")  # too few YES pairs: the mined band decides
+    retrained, output = _train(home, tmp_path / "F", TINY_DEFAULT, "--train",
+                               str(write_jsonl(few, tmp_path / "few.jsonl")))
+    assert retrained.meta["training"]["calibration_band"]["by"] == "mined" and "labelled YES" not in output
+
+
+def test_train_files_may_name_the_stores_tickets_and_queries(tmp_path):
+    """A --train file beside the store (label-free training, --arch char-siamese / var-siamese): its pairs may name
+    stored tickets and queries, which join its data; a ticket it repeats with a stored id is the stored one (what
+    serving indexes), and only its other tickets join the knowledge base; a pair naming neither is refused."""
+    from recommender.cli.training import _files_beside_the_store
+
+    stored = Dataset([Ticket("T1", "vpn drops", "tunnel resets"), Ticket("T2", "printer jam", "tray 2")],
+                     [Query("vpn keeps dropping", "", id="Q1")], [], source="store")
+    file = Dataset([Ticket("T2", "printer jam (old text)", "tray 2"), Ticket("T3", "disk full", "/var")],
+                   [Query("tunnel resets hourly", "", id="Q2")],
+                   [LabeledPair("Q2", "T1", 5.0), LabeledPair("Q1", "T3", 1.0), LabeledPair("Q2", "T2", 1.0)],
+                   source="file")
+    labelled, new_tickets = _files_beside_the_store([str(write_jsonl(file, tmp_path / "pairs.jsonl"))], stored)
+    assert [t.id for t in new_tickets] == ["T3"]
+    assert {t.id: t.subject for t in labelled.tickets} == {"T1": "vpn drops", "T2": "printer jam", "T3": "disk full"}
+    assert {q.id for q in labelled.queries} == {"Q1", "Q2"} and len(labelled.pairs) == 3
+    dangling = Dataset([], [Query("x", "", id="Q9")], [LabeledPair("Q9", "T404", 5.0)], source="file")
+    with pytest.raises(InputError, match="names ticket 'T404', which is in none of the files given nor in the"):
+        _files_beside_the_store([str(write_jsonl(dangling, tmp_path / "bad.jsonl"))], stored)
+
 
 def _serving_engine(home, model_dir):
     """The serving engine over an index of the home's tickets built with `model_dir` (every ticket scored)."""

@@ -11,7 +11,8 @@ from .common import echo_json, main, open_store, settings, warn_if_not_english
 
 @main.command()
 @click.option("--train", "train_files", multiple=True, type=click.Path(dir_okay=False),
-              help="labelled training data (JSONL, CSV or SemEval XML); repeat for several files")
+              help="labelled training data (JSONL, CSV or SemEval XML; its pairs may name the store's tickets and "
+                   "queries); repeat for several files")
 @click.option("--dev", "dev_file", type=click.Path(dir_okay=False), default=None,
               help="labelled dev data for early stopping and weight selection (default: a held-out share of --train)")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="model directory to write")
@@ -202,7 +203,6 @@ def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vect
     pairs and the engineers' feedback, added to them)."""
     import time
 
-    from ..data.importers import load_many
     from ..errors import InputError
     from ..model.feedback import feedback_dataset, merge
     from ..model.mining import MiningConfig, require_minable
@@ -210,14 +210,15 @@ def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vect
 
     store = open_store()
     try:
-        tickets = list(store.iter_tickets())
-        labelled = [store.dataset(), feedback_dataset(store)]
+        stored = store.dataset()
+        labelled = [stored, feedback_dataset(store)]
     finally:
         store.close()
     labelled = [d for d in labelled if d.pairs]
+    tickets = list(stored.tickets)
     if train_files:
-        files = load_many(list(train_files))
-        tickets += files.tickets
+        files, new_tickets = _files_beside_the_store(train_files, stored)
+        tickets += new_tickets
         labelled.append(files)
     if not tickets:
         raise InputError(f"the knowledge base ({settings().db}) has no tickets to learn from; import them first "
@@ -260,19 +261,42 @@ def _config_overrides(config_file, config_name: str, epochs) -> dict:
     return overrides
 
 
+def _files_beside_the_store(train_files, stored):
+    """The --train files read beside the store's data `stored` (a Dataset): their pairs may name the store's tickets
+    and queries, which join the files' data, and a ticket of a file with a stored id is the stored one (the knowledge
+    base that serving indexes). (the files' data, their tickets that are not in the store)."""
+    import dataclasses
+
+    from ..data.importers import load_many
+
+    stored_tickets = {t.id: t for t in stored.tickets}
+    stored_queries = {q.id: q for q in stored.queries}
+    files = load_many(list(train_files), known_ticket_ids=stored_tickets, known_query_ids=stored_queries)
+    own_tickets = {t.id: t for t in files.tickets}
+    own_queries = {q.id: q for q in files.queries}
+    tickets = [stored_tickets.get(tid) or own_tickets[tid]
+               for tid in dict.fromkeys([*own_tickets, *(p.ticket_id for p in files.pairs)])]
+    queries = [own_queries.get(qid) or stored_queries[qid]
+               for qid in dict.fromkeys([*own_queries, *(p.query_id for p in files.pairs)])]
+    return (dataclasses.replace(files, tickets=tickets, queries=queries),
+            [t for t in files.tickets if t.id not in stored_tickets])
+
+
 def _knowledge_base_and_labels(train_files):
     """(the store's tickets + the --train files' tickets, the --train files' labelled data or None); InputError when
     there is no ticket to learn from."""
-    from ..data.importers import load_many
     from ..errors import InputError
 
     store = open_store()
     try:
-        tickets = list(store.iter_tickets())
+        stored = store.dataset()
     finally:
         store.close()
-    labelled = load_many(list(train_files)) if train_files else None
-    tickets += labelled.tickets if labelled is not None else []
+    tickets = list(stored.tickets)
+    labelled = None
+    if train_files:
+        labelled, new_tickets = _files_beside_the_store(train_files, stored)
+        tickets += new_tickets
     if not tickets:
         raise InputError(f"the knowledge base ({settings().db}) has no tickets to learn from; import them first "
                          "(ticketrec import FILE), or give labelled pairs with --train FILE")

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from ..errors import InputError
 from .bundle import TicketModel
-from ..data.records import LABEL_SCORES, NO, YES, LabeledPair, Query, Ticket
+from ..data.records import LABEL_SCORES, YES, LabeledPair, Query, Ticket
 from ..data.store import Dataset, Store, query_key
 from .calibration import Calibrator
 from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fit, lexical_features, mean_distance,
@@ -23,8 +23,8 @@ from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fi
 from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
-from .mined_calibration import (BAND_NO, CALIBRATION_BAND, CALIBRATION_NEGATIVES, MINED_BAND, band_negatives,
-                                feedback_band_decision, mined_calibration)
+from .mined_calibration import (BAND_NO, CALIBRATION_BAND, MINED_BAND, band_negatives,
+                                feedback_band_decision, mined_calibration, random_negatives)
 from .weight_selection import select_by_rank, set_weights_on_filled_fields
 from ..lexical.bm25 import Bm25Scorer
 
@@ -185,7 +185,7 @@ def _say(line: str) -> None:
 def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Ticket], kb: Bm25Scorer | None,
                  seed: int, progress: bool) -> tuple[Calibrator | None, dict, dict | None]:
     """The calibrator refitted (centred isotonic, ties broken by raw score) on the judged pairs and, for each judged
-    query, `CALIBRATION_NEGATIVES` random tickets of the knowledge base and one it ranks 5th–20th
+    query, random tickets of the knowledge base (`mined_calibration.random_negatives`) and one it ranks 5th–20th
     (`mined_calibration.band_negatives`) as NO, as label-free training calibrates: feedback is mostly YES, and a
     calibrator fitted on one label maps every score to it. A label-free model's own calibration pairs, mined again
     from the knowledge base (`mined_calibration.mined_calibration`), join them: a few dozen judgements adjust the
@@ -198,31 +198,15 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
     parts = {"judged": (pair_scores(model, data), pairs.y)}
     band_decision = None
     if tickets:
-        rng = np.random.default_rng(seed + 5)
-        judged = {(int(qi), pairs.tickets[int(ti)].id) for qi, ti in zip(pairs.q, pairs.t)}
-        q, t = [], []
-        for qi in range(len(pairs.queries)):
-            for r in rng.choice(len(tickets), min(CALIBRATION_NEGATIVES, len(tickets)), replace=False):
-                if (qi, tickets[int(r)].id) not in judged:
-                    q.append(qi)
-                    t.append(int(r))
-        if q:
-            used = sorted(set(t))
-            at = {r: i for i, r in enumerate(used)}
-            negatives = PairSet(pairs.queries, [tickets[r] for r in used], np.array(q, np.int64),
-                                np.array([at[r] for r in t], np.int64), np.full(len(q), float(NO)))
-            lex = lexical_features(negatives, kb) if data.lexical is not None else None
-            parts["random NO"] = (pair_scores(model, PreparedPairs(negatives, data.queries,
-                                                                   model.prepare(negatives.tickets, "ticket", progress),
-                                                                   lex)), negatives.y)
         kb_scorer = kb if data.lexical is not None else None  # its first rows are `tickets`
+        random_g, random_y = random_negatives(model, data, tickets, kb_scorer, seed, progress)
+        if len(random_g):
+            parts["random NO"] = (random_g, random_y)
         mined = mined_calibration(model, tickets, kb_scorer, progress)
         # the judged queries' band ranks up to BAND_TICKETS tickets: only when the decision or the fit needs it
         band = functools.cache(lambda: band_negatives(model, data, tickets, kb_scorer, seed, progress))
         judged_g, judged_y = parts["judged"]
-        band_decision = feedback_band_decision(model, mined, judged_g[judged_y == YES],
-                                               parts["random NO"][0] if "random NO" in parts else np.empty(0),
-                                               lambda: band()[0])
+        band_decision = feedback_band_decision(model, mined, judged_g[judged_y == YES], random_g, lambda: band()[0])
         if band_decision["as_no"]:
             parts[BAND_NO] = band()
         else:

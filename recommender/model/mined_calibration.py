@@ -6,7 +6,8 @@ unrelated best match scores. Where the band's tickets score like the queries' ow
 desk whose tickets recur in large clusters, they are mostly the same problem and a model that ranks with S leaves
 them out (`band_is_no`). `mined_calibration` mines the same pairs again for a saved model, for `train
 --with-feedback`'s refit, which decides the band against the tickets engineers judged YES where it has enough of them
-(`feedback_band_decision`).
+(`feedback_band_decision`); training with enough labelled YES pairs beside the mined ones decides it the same way
+(`yes_band_decision`).
 """
 from __future__ import annotations
 
@@ -34,10 +35,11 @@ BAND_TICKETS = 1000
 #: problems: 0.67; SeaMonkey 0.16, SemEval-2016 0.19-0.29; docs/internals.md, "Kept: the band left out where it
 #: scores like the own tickets"), for models that rank with S (`band_is_no`). A hard switch: with 100 problems of
 #: 7-24 tickets the band lies at 0.48, stays NO and undersells true matches (1.22 at the median, 2.14 without it)
-#: until feedback decides it (`feedback_band_decision`).
+#: until feedback or labelled pairs decide it (`yes_band_decision`).
 BAND_AS_OWN = 0.5
-#: The fewest YES judgements from which `train --with-feedback` places the band between the judged queries' random
-#: tickets and the tickets engineers judged YES (`feedback_band_decision`) rather than following training's decision.
+#: The fewest YES judgements (or labelled YES pairs) from which `train --with-feedback` (label-free training) places
+#: the band between their queries' random tickets and their YES tickets (`yes_band_decision`) rather than following
+#: training's decision (the mined band's position).
 JUDGED_YES_MIN = 10
 #: The names of the calibration parts: the judged queries' band (`train --with-feedback`), and `mined_calibration`'s
 #: three kinds.
@@ -148,26 +150,66 @@ def trained_band_is_no(model: TicketModel, parts: dict[str, tuple[np.ndarray, np
     return bool(recorded) if recorded is not None else band_is_no(mined_band_position(parts), model)
 
 
+def yes_band_decision(model: TicketModel, setting: str, yes: np.ndarray, random: Callable[[], np.ndarray],
+                      band: Callable[[], np.ndarray], by: str) -> dict | None:
+    """The band decision by tickets known to match their queries: {"as_no", "by": `by`, "position"}, or None.
+
+    With at least `JUDGED_YES_MIN` raw scores in `yes` (queries against tickets engineers judged, or labelled pairs
+    marked, YES) and the mining option `setting` "auto": `band_is_no` of where those queries' band (raw g, `band()`)
+    lies from their random tickets (`random()`, 0) to the YES tickets (1). Those are different tickets of the query's
+    problem, the evidence that mining's own tickets cannot give: a knowledge base of ~15-ticket clusters puts its
+    band short of the switch measured against the own tickets, yet where its true matches lie (docs/internals.md).
+    None (decide otherwise) with fewer or with the option set; `random` and `band` are called only when they decide
+    (ranking the band costs)."""
+    if setting != "auto" or len(yes) < JUDGED_YES_MIN:
+        return None
+    position = band_position(yes, random(), band())
+    return {"as_no": band_is_no(position, model), "by": by,
+            "position": None if np.isnan(position) else round(position, 3)}
+
+
 def feedback_band_decision(model: TicketModel, mined_parts: dict[str, tuple[np.ndarray, np.ndarray]],
                            judged_yes: np.ndarray, random: np.ndarray, band: Callable[[], np.ndarray]) -> dict:
     """Whether `train --with-feedback`'s refit takes the band as NO pairs: {"as_no", "position", "by"}.
 
-    With at least `JUDGED_YES_MIN` YES judgements and the mining option "auto", by "judged YES": `band_is_no` of
-    where the judged queries' band (raw g, `band()`: called only here, as ranking it costs) lies from their random
-    tickets (`random`, 0) to the tickets engineers judged YES (`judged_yes`, 1). Those are different tickets of the
-    query's problem, the evidence that mining's own tickets cannot give: a knowledge base of ~15-ticket clusters puts
-    its band short of the switch measured against the own tickets, yet where its true matches lie
-    (docs/internals.md). Otherwise by "training": its decision (`trained_band_is_no` of `mined_parts`; NO for a model
+    By "judged YES" (`yes_band_decision` of the judged queries: `judged_yes` the raw g of their YES pairs, `random`
+    of their random tickets, `band()` of their band) where there are enough YES judgements and the model's mining
+    option is "auto"; otherwise by "training": its decision (`trained_band_is_no` of `mined_parts`; NO for a model
     not trained label-free), position None."""
     training = model.meta.get("training") or {}
     saved = (training.get("mining") or {}).get("config")
     setting = MiningConfig.from_saved(saved).band_as_no if saved else "auto"
-    if setting == "auto" and len(judged_yes) >= JUDGED_YES_MIN:
-        position = band_position(judged_yes, random, band())
-        return {"as_no": band_is_no(position, model), "by": "judged YES",
-                "position": None if np.isnan(position) else round(position, 3)}
+    decision = yes_band_decision(model, setting, judged_yes, lambda: random, band, "judged YES")
+    if decision is not None:
+        return decision
     return {"as_no": trained_band_is_no(model, mined_parts) if mined_parts else True, "by": "training",
             "position": None}
+
+
+def random_negatives(model: TicketModel, data: PreparedPairs, kb: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
+                     seed: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(g, y) of `CALIBRATION_NEGATIVES` random tickets of `kb` per query of `data` (a ticket `data` pairs with the
+    query skipped) as NO pairs, scored as serving scores them (the lexical feature over `kb_scorer`'s knowledge base,
+    none when None): the random NO pairs of queries that were judged or labelled, as `calibration_pairs` gives the
+    mined queries theirs."""
+    pairs = data.pairs
+    rng = np.random.default_rng(seed + 5)
+    paired = {(int(qi), pairs.tickets[int(ti)].id) for qi, ti in zip(pairs.q, pairs.t)}
+    q, t = [], []
+    for qi in range(len(pairs.queries)):
+        for r in rng.choice(len(kb), min(CALIBRATION_NEGATIVES, len(kb)), replace=False):
+            if (qi, kb[int(r)].id) not in paired:
+                q.append(qi)
+                t.append(int(r))
+    if not q:
+        return np.empty(0), np.empty(0)
+    used = sorted(set(t))
+    at = {r: i for i, r in enumerate(used)}
+    negatives = PairSet(pairs.queries, [kb[r] for r in used], np.array(q, np.int64),
+                        np.array([at[r] for r in t], np.int64), np.full(len(q), float(NO)))
+    lexical = lexical_features(negatives, kb_scorer) if kb_scorer is not None else None
+    prepared = PreparedPairs(negatives, data.queries, model.prepare(negatives.tickets, "ticket", progress), lexical)
+    return pair_scores(model, prepared), negatives.y
 
 
 def mined_calibration(model: TicketModel, tickets: Sequence[Ticket], kb_scorer: Bm25Scorer | None,

@@ -16,7 +16,7 @@
        held-out ticket's own subject query against the full ticket (YES 5), against random tickets (NO 1) and
        against a ticket it ranks between 5th and 20th (NO 1: what an unrelated best match scores; left out where
        those score more like the own tickets than like random ones, a knowledge base of large clusters, when S
-       ranks), plus any labels.
+       ranks; with 10 or more labelled YES pairs, where they score more like those pairs' tickets), plus any labels.
 
 Pairs whose ticket side the mined training pairs never show (the view has no subject, so SUB1–SUB2; DESC1–…
 without a description prefix) are left out of training (weight 0 meanwhile); SUB1–SUB2 is selected on the
@@ -43,7 +43,7 @@ from .calibration import Calibrator
 from .grid_ranks import MRR_K
 from .mined_adaptation import adapt_sentence_encoder
 from .mined_calibration import (CALIBRATION_BAND, band_is_no, band_negatives, band_position,
-                                prepared_calibration)
+                                prepared_calibration, random_negatives, yes_band_decision)
 from .mining import MiningConfig, mine_pairs, require_minable
 from .siamese import MERGED, TABLE2_PAIRS, ReplicatedSiameseLSTM, SiameseConfig
 from .static_fit import fit_static_encoder, runs_static
@@ -306,17 +306,25 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         cal_g = pair_scores(model, cal_data)
         band_g, band_y = band_negatives(model, cal_data, tickets, kb_scorer if use_lexical else None, seed, progress)
         position = band_position(cal_g[cal.y == YES], cal_g[cal.y != YES], band_g)
-        band_as_no = band_is_no(position, model, mining.band_as_no)
-        g, y = (np.concatenate([cal_g, band_g]), np.concatenate([cal.y, band_y])) if band_as_no else (cal_g, cal.y)
+        band = {"position": None if np.isnan(position) else round(position, 3),
+                "as_no": band_is_no(position, model, mining.band_as_no),
+                "by": "mined" if mining.band_as_no == "auto" else "option"}
         if labelled_pairs is not None:
-            g, y = np.concatenate([g, pair_scores(model, lab_data)]), np.concatenate([y, labelled_pairs.y])
+            lab_g = pair_scores(model, lab_data)
+            by_yes = _labelled_band_decision(model, mining, lab_data, lab_g, tickets,
+                                             kb_scorer if use_lexical else None, seed, progress)
+            if by_yes is not None:
+                band.update(as_no=by_yes["as_no"], by=by_yes["by"], labelled_position=by_yes["position"])
+        g, y = (np.concatenate([cal_g, band_g]), np.concatenate([cal.y, band_y])) if band["as_no"] else (cal_g, cal.y)
+        if labelled_pairs is not None:
+            g, y = np.concatenate([g, lab_g]), np.concatenate([y, labelled_pairs.y])
         model.calibrator = Calibrator.fit_centered(g, y)
     calibrated = model.calibrate(cal_g)
     yes = cal.y == YES
     echo(f"calibrated: held-out own-subject queries score {np.median(calibrated[yes]):.2f} (median), random "
          f"tickets {np.median(calibrated[~yes]):.2f}, the tickets they rank {CALIBRATION_BAND[0]}th to "
          f"{CALIBRATION_BAND[1]}th {np.median(model.calibrate(band_g)):.2f} "
-         f"({_band_decision(position, band_as_no, mining)})")
+         f"({_band_decision(position, band, mining)})")
 
     model.meta["training"] = {
         "mode": "label-free", "mining": mined.stats, "lstm_queries": lstm_queries, "oov": oov, "history": history,
@@ -324,7 +332,7 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         "observable_pairs": [f"{a}|{b}" for (a, b, _), o in zip(config.metric_pairs, observable) if o],
         "labelled_pairs": len(labelled_pairs) if labelled_pairs is not None else 0,
         "calibration_pairs": int(len(y)),
-        "calibration_band": {"position": None if np.isnan(position) else round(position, 3), "as_no": band_as_no},
+        "calibration_band": band,
         "stage_seconds": stages.seconds, "sentence_encoder": adapted,
         "static_fit": static_fit,
         "wall_seconds": round(time.time() - started, 1), "trained_at": time.time()}
@@ -336,10 +344,30 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     return model
 
 
-def _band_decision(position: float, as_no: bool, mining: MiningConfig) -> str:
-    """What training tells the user about the calibration band's tickets: where they score and whether they were NO."""
+def _labelled_band_decision(model: TicketModel, mining: MiningConfig, lab_data: PreparedPairs, lab_g: np.ndarray,
+                            tickets: Sequence[Ticket], kb_scorer: Bm25Scorer | None, seed: int,
+                            progress: bool) -> dict | None:
+    """The band decision by the labelled pairs marked YES (`mined_calibration.yes_band_decision`, by "labelled
+    YES"): engineers' feedback in the store and --train files are different tickets of their query's problem, as in
+    `train --with-feedback`'s refit, so a retraining decides as the refit did. None where they do not decide."""
+    return yes_band_decision(
+        model, mining.band_as_no, lab_g[lab_data.pairs.y == YES],
+        lambda: random_negatives(model, lab_data, tickets, kb_scorer, seed, progress)[0],
+        lambda: band_negatives(model, lab_data, tickets, kb_scorer, seed, progress)[0], "labelled YES")
+
+
+def _band_decision(position: float, band: dict, mining: MiningConfig) -> str:
+    """What training tells the user about the calibration band's tickets: where they score and whether they were NO
+    (`band`: the decision training records)."""
     where = (f"their raw scores lie {position:.2f} of the way from random tickets' to the own tickets'"
              if np.isfinite(position) else "their place between random and own tickets is undefined")
+    as_no = band["as_no"]
+    if band["by"] == "labelled YES":
+        placed = (f"{band['labelled_position']:.2f} of the way from random tickets to the labelled YES ones"
+                  if band["labelled_position"] is not None else "undefined: the labelled YES tickets score no higher "
+                  "than random ones")
+        return (f"{'taken as NO' if as_no else 'not taken as NO'}, by the labelled YES pairs: for their queries the "
+                f"band lies {placed}; {where}")
     if mining.band_as_no != "auto":
         return (f"{'taken' if as_no else 'not taken'} as NO, as the mining option band_as_no={mining.band_as_no} "
                 f"says; {where}")
