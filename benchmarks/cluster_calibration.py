@@ -196,7 +196,7 @@ def main(argv=None) -> int:
     served = serve(model, tickets, queries, query_class, cls, args.pasted)
     tuned = None
     if args.feedback:
-        tuned, report = feedback_tuned(model, tickets, judged_queries, first_yes,
+        tuned, report = feedback_tuned(model, tickets, judged_queries[:args.feedback], first_yes,
                                        Path(args.workdir) / f"feedback-{args.feedback}")
         tuned_served = serve(tuned, tickets, queries, query_class, cls, args.pasted)
     labelled = None
