@@ -438,30 +438,38 @@ def test_feedback_with_enough_yes_judgements_says_and_records_its_band_decision(
     assert TicketModel.load(tmp_path / "tuned").meta["fine_tuning"][-1]["calibration_band"] == band
 
 def test_label_free_training_with_enough_yes_labels_decides_the_band_by_them(label_free_default, tmp_path):
-    """`ticketrec train` with labelled pairs (a --train file; engineers' feedback in the store joins the same way) of
-    at least `JUDGED_YES_MIN` YES pairs decides the band as `train --with-feedback` does: where it lies between the
-    labelled queries' random tickets and their YES tickets. It says so, records it, and fits the calibrator on the
-    band's pairs exactly when it takes them as NO."""
+    """`ticketrec train` with at least `JUDGED_YES_MIN` YES pairs among its labelled ones (here engineers' YES
+    feedback in the store, which a retraining after `train --with-feedback` reads) decides the band as that refit does:
+    where it lies between the judged queries' random tickets and their YES tickets. It says so, records it, and fits
+    the calibrator on the band's pairs exactly when it takes them as NO. With fewer (a --train file whose pairs name
+    stored tickets) the mined band decides."""
+    import shutil
+
+    from recommender.data.store import Feedback, Store
     from recommender.model.mined_calibration import JUDGED_YES_MIN
 
     home, model_dir, tickets = label_free_default
     base = TicketModel.load(model_dir)
     band_g = _band_recorded_as_mined(base, tickets)
+    judged_home = tmp_path / "home"  # the fixture's store stays without feedback
+    shutil.copytree(home, judged_home)
     judged = tickets[20:20 + JUDGED_YES_MIN + 2]
-    queries = [Query(f"{t.subject} again", t.description[:60], id=f"lab-{i}") for i, t in enumerate(judged)]
-    labels = Dataset([], queries, [LabeledPair(q.id, t.id, 5.0) for q, t in zip(queries, judged)], source="labels")
-    labelled, output = _train(home, tmp_path / "M", TINY_DEFAULT, "--train",
-                              str(write_jsonl(labels, tmp_path / "labels.jsonl")))
+    with Store(judged_home / "ticketrec.sqlite3") as store:
+        for t in judged:
+            store.add_feedback(Feedback(f"{t.subject} again", t.description[:60], t.id, "YES", "m", "i"))
+    labelled, output = _train(judged_home, tmp_path / "M", TINY_DEFAULT)
     band = labelled.meta["training"]["calibration_band"]
     assert band["by"] == "labelled YES" and "by the labelled YES pairs: for their queries the band lies" in output
     assert band["as_no"] == band_is_no(np.nan if band["labelled_position"] is None else band["labelled_position"],
                                        labelled)
     pairs = labelled.meta["training"]["calibration_pairs"]
     assert pairs == base.meta["training"]["calibration_pairs"] - (0 if band["as_no"] else len(band_g)) + len(judged)
-    few = Dataset([], queries[:3], labels.pairs[:3], source="labels")  # too few YES pairs: the mined band decides
+    queries = [Query(f"{t.subject} again", t.description[:60], id=f"lab-{i}") for i, t in enumerate(judged[:3])]
+    few = Dataset([], queries, [LabeledPair(q.id, t.id, 5.0) for q, t in zip(queries, judged)], source="labels")
     retrained, output = _train(home, tmp_path / "F", TINY_DEFAULT, "--train",
                                str(write_jsonl(few, tmp_path / "few.jsonl")))
     assert retrained.meta["training"]["calibration_band"]["by"] == "mined" and "labelled YES" not in output
+    assert retrained.meta["training"]["labelled_pairs"] == 3
 
 
 def test_train_files_may_name_the_stores_tickets_and_queries(tmp_path):
