@@ -437,6 +437,7 @@ def test_feedback_with_enough_yes_judgements_says_and_records_its_band_decision(
     assert band["as_no"] == (band["position"] is None or band["position"] < calibration_mining.BAND_AS_OWN)
     assert TicketModel.load(tmp_path / "tuned").meta["fine_tuning"][-1]["calibration_band"] == band
 
+
 def test_label_free_training_with_enough_yes_labels_decides_the_band_by_them(label_free_default, tmp_path):
     """`ticketrec train` with at least `JUDGED_YES_MIN` YES pairs among its labelled ones (here engineers' YES
     feedback in the store, which a retraining after `train --with-feedback` reads) decides the band as that refit does:
