@@ -90,13 +90,11 @@ def serve(model, tickets, queries, query_class: dict, cls: dict, n_pasted: int) 
                   np.array([own.raw_score if own else 0.0 for _, own in pasted]), off_topic)
 
 
-def feedback_tuned(model, tickets, judged_queries, first_yes: dict, out: Path):
-    """`model` tuned as `ticketrec train --with-feedback` tunes it (`feedback.fine_tune`, seed 0, into `out`) on
-    simulated engineers: each of `judged_queries` answered YES on one ticket of its own class (`first_yes`: the
-    generator's first YES pair of each query)."""
+def feedback_tuned(model, tickets, judged, out: Path):
+    """`model` tuned as `ticketrec train --with-feedback` tunes it (`feedback.fine_tune`, seed 0, into `out`) on the
+    simulated engineers' judgements `judged` (`judged_dataset`)."""
     from recommender.model.feedback import fine_tune
 
-    judged = judged_dataset(tickets, judged_queries, first_yes)
     return fine_tune(model, judged, None, out, seed=0, progress=False, knowledge_base=tickets)
 
 
@@ -196,8 +194,8 @@ def main(argv=None) -> int:
     served = serve(model, tickets, queries, query_class, cls, args.pasted)
     tuned = None
     if args.feedback:
-        tuned, report = feedback_tuned(model, tickets, judged_queries[:args.feedback], first_yes,
-                                       Path(args.workdir) / f"feedback-{args.feedback}")
+        judged = judged_dataset(tickets, judged_queries[:args.feedback], first_yes)
+        tuned, report = feedback_tuned(model, tickets, judged, Path(args.workdir) / f"feedback-{args.feedback}")
         tuned_served = serve(tuned, tickets, queries, query_class, cls, args.pasted)
     labelled = None
     if args.labelled:
