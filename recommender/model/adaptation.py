@@ -92,9 +92,9 @@ def _checkpoint_gradients(model, on: bool) -> bool:
     if transformer is None or not getattr(transformer, "supports_gradient_checkpointing", False):
         return False
     if on:
-        transformer.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        transformer.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
-        transformer.gradient_checkpointing_disable()
+        transformer.activation_checkpointing_disable()
     return True
 
 
