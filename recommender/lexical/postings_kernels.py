@@ -1,13 +1,13 @@
 """The compiled loops of the postings' top k (`postings.Bm25Postings.top_k`, `scores`): numba, without the GIL.
 
-Block-max MaxScore (`top_k_maxscore`): the rows are cut into windows of `window` rows (`postings.WINDOW`). In each window every query term gets an upper
-bound, the largest block maximum of its blocks in the window; once k rows are held, the terms whose bounds sum to
-less than the k-th score θ are *non-essential*: a row holding only those cannot enter, so only the essential terms'
-postings are added into a window-sized accumulator (term at a time), and each row found there looks the
-non-essential terms up (binary search in the window's slice) only while its score plus their remaining bounds can
-still pass θ; a window whose bounds sum below θ is skipped. Ties go to the lower row; the result is exactly the
-exhaustive top k (the sums are exact). `accumulate` adds every matching row into one accumulator and `select_best`
-heaps the k best of it (the reference and `scores`).
+Block-max MaxScore (`top_k_maxscore`): the rows are cut into windows of `window` rows (`postings.WINDOW`). In each
+window every query term gets an upper bound, the largest block maximum of its blocks in the window; once k rows are
+held, the terms whose bounds sum to less than the k-th score θ are *non-essential*: a row holding only those cannot
+enter, so only the essential terms' postings are added into a window-sized accumulator (term at a time), and each row
+found there looks the non-essential terms up (binary search in the window's slice) only while its score plus their
+remaining bounds can still pass θ; a window whose bounds sum below θ is skipped. Ties go to the lower row; the result is
+exactly the exhaustive top k (the sums are exact). `accumulate` adds every matching row into one accumulator and
+`select_best` heaps the k best of it (the reference and `scores`).
 
 Every array and parameter comes from the caller (`postings.py` holds the constants and the files); `HAVE_NUMBA` is
 False when numba is missing or TICKETREC_NO_NUMBA=1, and the caller then takes its numpy path.
