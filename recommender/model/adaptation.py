@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ..errors import ModelError
 from ..lexical.analyzer import clean
-from .pretrained import SentenceEncoder, file_checksums, get_encoder, load_encoder, selected
+from .pretrained import SentenceEncoder, file_checksums, forget, get_encoder, load_encoder, selected
 
 #: The directory of an adapted encoder inside a model directory.
 ENCODER_DIR = "sentence_encoder"
@@ -106,7 +106,8 @@ def scratch_directory() -> Path:
 
 
 def discard(directory: Path) -> None:
-    """Remove a `scratch_directory` (gone already: nothing to do)."""
+    """Remove a `scratch_directory` and forget the encoders loaded from it (gone already: nothing to do)."""
+    forget(directory)
     shutil.rmtree(directory, ignore_errors=True)
 
 

