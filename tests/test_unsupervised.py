@@ -280,6 +280,42 @@ def test_band_negatives_leave_out_every_ticket_labelled_above_no(label_free):
     assert np.isclose(served[order][judged + low - 1:judged + high], g[0], rtol=1e-5).any()
 
 
+def test_band_samples_are_prepared_once_and_rank_as_a_sample_prepared_anew(label_free, monkeypatch):
+    """Training with labelled pairs and the feedback refit rank two sets of queries against the same band sample: it
+    is prepared once (`BandSamples`), and each band is the one a sample prepared anew gives."""
+    from recommender.data.records import YES
+    from recommender.model import mined_calibration
+    from recommender.model.mined_calibration import BandSamples
+    from recommender.model.pairs import PairSet
+    from recommender.model.training import PreparedPairs, lexical_features
+
+    _, model_dir, tickets, _ = label_free
+    model = TicketModel.load(model_dir)
+    scorer = Bm25Scorer(tickets)
+    monkeypatch.setattr(mined_calibration, "BAND_TICKETS", len(tickets) // 2)  # a sample, as of a larger one
+    data = []
+    for part in (slice(0, 8), slice(8, 14)):
+        queries = [Query(t.subject, t.description[:80]) for t in tickets[part]]
+        own = PairSet(queries, tickets[part], np.arange(len(queries)), np.arange(len(queries)),
+                      np.full(len(queries), YES))
+        data.append(PreparedPairs.of(model, own, lexical_features(own, scorer)))
+    anew = [band_negatives(model, d, tickets, scorer, seed=3) for d in data]
+    prepared, real_prepare = [], model.prepare
+
+    def counted_prepare(items, kind, *args):
+        prepared.append(len(items))
+        return real_prepare(items, kind, *args)
+
+    monkeypatch.setattr(model, "prepare", counted_prepare)
+    samples = BandSamples(model, tickets)
+    shared = [band_negatives(model, d, tickets, scorer, seed=3, samples=samples) for d in data]
+    assert prepared == [len(tickets) // 2]
+    for (g, y), (g_anew, y_anew) in zip(shared, anew):
+        assert np.array_equal(g, g_anew) and np.array_equal(y, y_anew)
+    with pytest.raises(ValueError, match="another knowledge base"):
+        band_negatives(model, data[0], tickets[:-1], scorer, seed=3, samples=samples)
+
+
 def test_the_band_position_runs_from_the_random_tickets_to_the_own_ones():
     """0 where the band's median raw score is the random tickets' median, 1 at the own tickets', the midpoint where
     the band stops being NO for a model that ranks with S (never without S); NaN (the band stays NO) when the own

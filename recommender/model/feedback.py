@@ -23,7 +23,7 @@ from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fi
 from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
-from .mined_calibration import (BAND_NO, CALIBRATION_BAND, MINED_BAND, band_negatives,
+from .mined_calibration import (BAND_NO, CALIBRATION_BAND, MINED_BAND, BandSamples, band_negatives,
                                 feedback_band_decision, mined_calibration, random_negatives)
 from .weight_selection import select_by_rank, set_weights_on_filled_fields
 from ..lexical.bm25 import Bm25Scorer
@@ -202,9 +202,10 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
         random_g, random_y = random_negatives(model, data, tickets, kb_scorer, seed, progress)
         if len(random_g):
             parts["random NO"] = (random_g, random_y)
-        mined = mined_calibration(model, tickets, kb_scorer, progress)
+        samples = BandSamples(model, tickets, progress)  # prepared once for the mined band and the judged one
+        mined = mined_calibration(model, tickets, kb_scorer, progress, samples)
         # the judged queries' band ranks up to BAND_TICKETS tickets: only when the decision or the fit needs it
-        band = functools.cache(lambda: band_negatives(model, data, tickets, kb_scorer, seed, progress))
+        band = functools.cache(lambda: band_negatives(model, data, tickets, kb_scorer, seed, progress, samples))
         judged_g, judged_y = parts["judged"]
         band_decision = feedback_band_decision(model, mined, judged_g[judged_y == YES], random_g, lambda: band()[0])
         if band_decision["as_no"]:

@@ -78,11 +78,36 @@ def calibration_pairs(mined: MinedPairs, kb: Sequence[Ticket], augmenter: Augmen
                    np.array(y, np.float64))
 
 
+class BandSamples:
+    """The knowledge-base tickets whose ranks give the band (`band_rows`), prepared by one model once per seed:
+    training with labelled pairs, and `train --with-feedback`'s refit, rank two sets of queries against the same
+    sample (preparing it runs the S and T encoders over every ticket of it)."""
+
+    def __init__(self, model: TicketModel, kb: Sequence[Ticket], progress: bool = False):
+        self.model, self.kb, self.progress = model, kb, progress
+        self._prepared: dict[int, object] = {}
+
+    def prepared(self, seed: int):
+        """The tickets of `band_rows` for `seed`, prepared by the model (`TicketModel.prepare`)."""
+        if seed not in self._prepared:
+            rows = band_rows(len(self.kb), np.random.default_rng(seed + 3))
+            self._prepared[seed] = self.model.prepare([self.kb[int(r)] for r in rows], "ticket", self.progress)
+        return self._prepared[seed]
+
+
+def band_rows(n: int, rng: np.random.Generator) -> np.ndarray:
+    """The rows of a knowledge base of `n` tickets that the band ranks: all, or `BAND_TICKETS` drawn by `rng`."""
+    rows = np.arange(n)
+    return np.sort(rng.choice(rows, BAND_TICKETS, replace=False)) if n > BAND_TICKETS else rows
+
+
 def band_negatives(model: TicketModel, cal: PreparedPairs, kb: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
-                   seed: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                   seed: int, progress: bool = False, samples: BandSamples | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """(g, y) of one more NO pair per calibration query: a ticket it ranks at a random place between
     `CALIBRATION_BAND`'s ranks among the other tickets (its own, and any ticket `cal` labels above NO, left out;
-    `BAND_TICKETS` of them, sampled from a larger knowledge base), scored as serving scores it.
+    `BAND_TICKETS` of them, sampled from a larger knowledge base), scored as serving scores it. `samples`: `kb`'s
+    band samples prepared by `model` to reuse (None: prepared here).
 
     A query has few related tickets, so its 5th to 20th are mostly not what it needs, yet they are its closest
     unrelated ones. An off-topic query's best result is such a ticket: its best match in a knowledge base that does
@@ -90,13 +115,16 @@ def band_negatives(model: TicketModel, cal: PreparedPairs, kb: Sequence[Ticket],
     from 1.1 to 4.5 between them and the own tickets wherever its knots happened to lie (docs/internals.md, "The
     score promises")."""
     rng = np.random.default_rng(seed + 3)
-    rows = np.arange(len(kb))
-    if len(rows) > BAND_TICKETS:
-        rows = np.sort(rng.choice(rows, BAND_TICKETS, replace=False))
+    rows = band_rows(len(kb), rng)  # the sample's rows, and the draws the ranks below follow
     sample = [kb[int(r)] for r in rows]
+    if samples is None:
+        samples = BandSamples(model, kb, progress)
+    elif samples.model is not model or samples.kb is not kb:
+        raise ValueError("band samples prepared by another model or of another knowledge base")
+    prepared = samples.prepared(seed)
     pairs = cal.pairs
     lexical = None if kb_scorer is None else np.stack([kb_scorer.lexical(query_text(q), rows) for q in pairs.queries])
-    g = cross_scores(model, cal.queries, model.prepare(sample, "ticket", progress), lexical)
+    g = cross_scores(model, cal.queries, prepared, lexical)
     n_q = len(g)
     column = {t.id: j for j, t in enumerate(sample)}
     for q, t, y in zip(pairs.q, pairs.t, pairs.y):  # a query's own or relevant tickets are never its band
@@ -213,12 +241,14 @@ def random_negatives(model: TicketModel, data: PreparedPairs, kb: Sequence[Ticke
 
 
 def mined_calibration(model: TicketModel, tickets: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
-                      progress: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+                      progress: bool = False, samples: BandSamples | None = None
+                      ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """A label-free model's own kinds of calibration pairs, mined again from `tickets` with the mining config and seed
     its training recorded and scored by `model` as serving scores them: {`MINED_OWN`, `MINED_RANDOM`, `MINED_BAND`:
     (g, y)}. What `train --with-feedback` refits the calibrator on besides the judgements, so that a few judgements
     adjust the score scale rather than define it; the refit takes the band's pairs only where training did
-    (`trained_band_is_no`). Empty for a model not trained label-free, or when `tickets` cannot be mined."""
+    (`trained_band_is_no`). Empty for a model not trained label-free, or when `tickets` cannot be mined. `samples`:
+    as `band_negatives` takes them."""
     training = model.meta.get("training") or {}
     if training.get("mode") != "label-free" or "config" not in (training.get("mining") or {}):
         return {}
@@ -233,7 +263,7 @@ def mined_calibration(model: TicketModel, tickets: Sequence[Ticket], kb_scorer: 
     g = pair_scores(model, cal_data)
     yes = cal.y == YES
     return {MINED_OWN: (g[yes], cal.y[yes]), MINED_RANDOM: (g[~yes], cal.y[~yes]),
-            MINED_BAND: band_negatives(model, cal_data, tickets, kb_scorer, seed, progress)}
+            MINED_BAND: band_negatives(model, cal_data, tickets, kb_scorer, seed, progress, samples)}
 
 
 def prepared_calibration(model: TicketModel, mined: MinedPairs, tickets: Sequence[Ticket], augmenter: Augmenter,

@@ -42,7 +42,7 @@ from .bundle import TicketModel, _package_versions
 from .calibration import Calibrator
 from .grid_ranks import MRR_K
 from .mined_adaptation import adapt_sentence_encoder
-from .mined_calibration import (CALIBRATION_BAND, band_is_no, band_negatives, band_position,
+from .mined_calibration import (CALIBRATION_BAND, BandSamples, band_is_no, band_negatives, band_position,
                                 prepared_calibration, random_negatives, yes_band_decision)
 from .mining import MiningConfig, mine_pairs, require_minable
 from .siamese import MERGED, TABLE2_PAIRS, ReplicatedSiameseLSTM, SiameseConfig
@@ -304,7 +304,9 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
                                         lexical_features(labelled_pairs, kb_scorer) if use_lexical else None, progress)
         _unit_scale(model, cal_data)
         cal_g = pair_scores(model, cal_data)
-        band_g, band_y = band_negatives(model, cal_data, tickets, kb_scorer if use_lexical else None, seed, progress)
+        samples = BandSamples(model, tickets, progress)  # prepared once for the mined band and the labelled one
+        band_g, band_y = band_negatives(model, cal_data, tickets, kb_scorer if use_lexical else None, seed, progress,
+                                        samples)
         position = band_position(cal_g[cal.y == YES], cal_g[cal.y != YES], band_g)
         band = {"position": None if np.isnan(position) else round(position, 3),
                 "as_no": band_is_no(position, model, mining.band_as_no),
@@ -312,7 +314,7 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         if labelled_pairs is not None:
             lab_g = pair_scores(model, lab_data)
             by_yes = _labelled_band_decision(model, mining, lab_data, lab_g, tickets,
-                                             kb_scorer if use_lexical else None, seed, progress)
+                                             kb_scorer if use_lexical else None, seed, progress, samples)
             if by_yes is not None:
                 band.update(as_no=by_yes["as_no"], by=by_yes["by"], labelled_position=by_yes["position"])
         g, y = (np.concatenate([cal_g, band_g]), np.concatenate([cal.y, band_y])) if band["as_no"] else (cal_g, cal.y)
@@ -346,14 +348,14 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
 
 def _labelled_band_decision(model: TicketModel, mining: MiningConfig, lab_data: PreparedPairs, lab_g: np.ndarray,
                             tickets: Sequence[Ticket], kb_scorer: Bm25Scorer | None, seed: int,
-                            progress: bool) -> dict | None:
+                            progress: bool, samples: BandSamples) -> dict | None:
     """The band decision by the labelled pairs marked YES (`mined_calibration.yes_band_decision`, by "labelled
     YES"): engineers' feedback in the store and --train files are different tickets of their query's problem, as in
     `train --with-feedback`'s refit, so a retraining decides as the refit did. None where they do not decide."""
     return yes_band_decision(
         model, mining.band_as_no, lab_g[lab_data.pairs.y == YES],
         lambda: random_negatives(model, lab_data, tickets, kb_scorer, seed, progress)[0],
-        lambda: band_negatives(model, lab_data, tickets, kb_scorer, seed, progress)[0], "labelled YES")
+        lambda: band_negatives(model, lab_data, tickets, kb_scorer, seed, progress, samples)[0], "labelled YES")
 
 
 def _band_decision(position: float, band: dict, mining: MiningConfig) -> str:
