@@ -179,7 +179,6 @@ def load_encoder(directory: str | Path | None = None, files: dict[str, str] | No
         return _ENCODERS[key]
 
 
-
 def forget(directory: str | Path) -> int:
     """Drop every encoder loaded from `directory` from the process's cache (it is being removed: an adapted encoder
     in a scratch directory holds about 100 MB); how many were dropped."""
