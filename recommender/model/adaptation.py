@@ -93,7 +93,7 @@ def _return_freed_memory() -> None:
     gc.collect()
     try:
         ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no such call (musl, macOS), or no process handle (Windows)
         pass
 
 
