@@ -202,7 +202,8 @@ def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Tick
         random_g, random_y = random_negatives(model, data, tickets, kb_scorer, seed, progress)
         if len(random_g):
             parts["random NO"] = (random_g, random_y)
-        samples = BandSamples(model, tickets, progress)  # prepared once for the mined band and the judged one
+        # one preparation of the band's sample per seed: the mined band (the model's seed) and the judged one share it
+        samples = BandSamples(model, tickets, progress)
         mined = mined_calibration(model, tickets, kb_scorer, progress, samples)
         # the judged queries' band ranks up to BAND_TICKETS tickets: only when the decision or the fit needs it
         band = functools.cache(lambda: band_negatives(model, data, tickets, kb_scorer, seed, progress, samples))
