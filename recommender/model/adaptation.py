@@ -64,18 +64,15 @@ def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, 
         raise ModelError(f"adapting the sentence encoder needs one group per pair: {len(groups)} for "
                          f"{len(anchors)} pairs")
     columns = [anchors, positives] if negatives is None else [anchors, positives, negatives]
-    # each pair's cleaned (anchor, positive[, negative]) and group; a pair with an empty text is left out
+    # each pair's cleaned (anchor, positive[, negative]) and group (its own without `groups`); a pair with an empty
+    # text is left out
     cleaned = zip(*([clean(t) for t in column] for column in columns))
     kept = [(texts, g) for texts, g in zip(cleaned, range(len(anchors)) if groups is None else groups) if all(texts)]
-    pairs = [texts for texts, _ in kept]
+    pairs, labels = [texts for texts, _ in kept], [g for _, g in kept]
     if len(pairs) < 2:
         raise ModelError("adapting the sentence encoder needs at least 2 mined pairs with text on both sides")
     n_batches = max(1, len(pairs) // batch_size)
-    if groups is None:
-        steps = [order for _ in range(epochs) for order in np.array_split(rng.permutation(len(pairs)), n_batches)]
-    else:
-        labels = [g for _, g in kept]
-        steps = [b for _ in range(epochs) for b in apart(rng.permutation(len(pairs)), labels, n_batches)]
+    steps = [b for _ in range(epochs) for b in apart(rng.permutation(len(pairs)), labels, n_batches)]
     model.train()
     for batch in tqdm(steps, desc="adapting the sentence encoder", disable=not progress, leave=False):
         if len(batch) < 2:

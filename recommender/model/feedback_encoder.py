@@ -119,9 +119,10 @@ def _mined_groups(judged: JudgedQueries, ticket_ids: Sequence[str]) -> np.ndarra
     judgement holds (as its judged ticket or its query's own copy), else a group of its own, so that no batch pits a
     judged query against a view of its own ticket or of the ticket it must find."""
     of_ticket = {}
-    for column, group in ((c, g) for cols in (judged.truth, judged.own) for c, g in zip(cols, judged.groups)):
-        if column >= 0:
-            of_ticket[judged.kb[int(judged.ranked[column])].id] = int(group)
+    for columns in (judged.truth, judged.own):
+        for column, group in zip(columns, judged.groups):
+            if column >= 0:
+                of_ticket[judged.kb[int(judged.ranked[column])].id] = int(group)
     alone = len(judged.ranked)  # above every group label (a ticket column)
     return np.array([of_ticket.get(t, alone + i) for i, t in enumerate(ticket_ids)], np.int64)
 
