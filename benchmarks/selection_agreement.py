@@ -108,11 +108,11 @@ def duplicates_target(model: TicketModel, tickets: list):
     return f"SeaMonkey duplicates ({len(pairs)} queries): MRR@10, Acc@10", score
 
 
-def semeval_target(model: TicketModel):
-    """(name, score of a spec → (MAP,)) reranking SemEval-2016 dev's labelled candidates."""
+def semeval_target(model: TicketModel, path: Path = SEMEVAL / "dev.xml"):
+    """(name, score of a spec → (MAP,)) reranking the labelled candidates of SemEval-2016 dev (or the file `path`)."""
     from recommender.model.training import GroupTable, PairSet, PreparedPairs, lexical_features, pair_distances
 
-    dev = load(SEMEVAL / "dev.xml")
+    dev = load(path)
     pairs = PairSet.from_dataset(dev, "dev")
     ratio = lexical_features(pairs, Bm25Scorer(dev.tickets))
     prepared = PreparedPairs.of(model, pairs, ratio)

@@ -74,6 +74,18 @@ def test_judged_queries_that_share_a_ticket_or_a_query_fall_in_one_fold():
         assert fold[0] == fold[1] and fold[2] == fold[3] == fold[4] and set(fold.tolist()) == {0, 1}
 
 
+def test_one_query_text_stored_under_two_ids_is_one_query():
+    """An engineer who asks the same text twice and judges a different ticket each time asked one query: its two
+    judgements are one group, and each one's ranking leaves the other's ticket out."""
+    kb = [Ticket(f"t{i}", f"subject {i}", f"description {i}") for i in range(6)]
+    queries = [Query("VPN drops", "every hour ", "q1"), Query(" VPN drops", "every hour", "q2"),
+               Query("printer jammed", "tray 2", "q3")]
+    judged = judged_queries(queries, [("q1", "t1", 5.0), ("q2", "t4", 5.0), ("q3", "t2", 5.0)], kb, [],
+                            relevant_min=3.0)
+    assert judged.groups[0] == judged.groups[1] != judged.groups[2]
+    assert [o.tolist() for o in judged.others] == [[judged.truth[1]], [judged.truth[0]], []]
+
+
 def test_a_query_judged_relevant_to_several_tickets_finds_each_without_the_others_competing(tiny_model):
     """One query judged relevant to two tickets is two judged queries; in each one's ranking the other ticket is left
     out, as the query's own stored copy is, so finding either counts as a first place when the other ranks above it."""

@@ -25,7 +25,7 @@ from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
 from .mined_calibration import (BAND_NO, CALIBRATION_BAND, MINED_BAND, BandSamples, band_negatives,
                                 feedback_band_decision, mined_calibration, random_negatives)
-from .weight_selection import select_by_rank, set_weights_on_filled_fields
+from .weight_selection import RankedSlice, select_by_rank, set_weights_on_filled_fields
 from ..lexical.bm25 import Bm25Scorer
 
 #: The fewest relevant judgements (YES/REL pairs) that may re-select the channel and pair weights.
@@ -237,7 +237,21 @@ def reselect_weights(model: TicketModel, judged: JudgedQueries, seed: int = 0, p
     """
     config = model.siamese_config
     spec = model.metric_spec()
-    ranked = judged.ranked_slice(model, progress)
+    decision = cross_validated_selection(judged.ranked_slice(model, progress), judged, spec, config.grid, seed)
+    changed = decision["gain"] > decision["stderr"]
+    if changed:
+        set_weights_on_filled_fields(model, decision["chosen"], judged.kb)
+    return {"queries": len(judged), "ranked": int(len(judged.ranked)), "current": float(decision["current"].mean()),
+            "cross_validated": float(decision["selected"].mean()), "stderr": decision["stderr"],
+            "selected_in_sample": decision["value"], "changed": bool(changed), "spec": model.metric_spec()}
+
+
+def cross_validated_selection(ranked: RankedSlice, judged: JudgedQueries, spec: dict, grid: dict,
+                              seed: int = 0) -> dict:
+    """What re-selecting the weights `spec` on the judged queries would gain: per query, the reciprocal rank of the
+    weights selected on the other folds (`SELECTION_FOLDS` folds of whole groups) and of `spec` ("selected",
+    "current"), their paired mean gain and its standard error, and the weights selected on all of them ("chosen",
+    its in-sample MRR@10 "value"). `ranked` is `judged` ranked by the model (`JudgedQueries.ranked_slice`)."""
     current = ranked.reciprocal_ranks(spec)
     # The best of thousands of grid points on a few dozen queries looks better than it is: estimate what selecting
     # gains by cross-validation over the judged queries (select on the other folds, rank this one).
@@ -247,13 +261,9 @@ def reselect_weights(model: TicketModel, judged: JudgedQueries, seed: int = 0, p
         train_q, test_q = fold != f, fold == f
         if not test_q.any():
             continue
-        chosen_f, _, _ = select_by_rank([ranked.queries(train_q)], spec, config.grid)
+        chosen_f, _, _ = select_by_rank([ranked.queries(train_q)], spec, grid)
         selected[test_q] = ranked.queries(test_q).reciprocal_ranks(chosen_f)
     gain, stderr = paired_gain(selected, current)
-    changed = gain > stderr
-    chosen, value, _ = select_by_rank([ranked], spec, config.grid)
-    if changed:
-        set_weights_on_filled_fields(model, chosen, judged.kb)
-    return {"queries": len(judged), "ranked": int(len(judged.ranked)), "current": float(current.mean()),
-            "cross_validated": float(selected.mean()), "stderr": stderr, "selected_in_sample": value,
-            "changed": bool(changed), "spec": model.metric_spec()}
+    chosen, value, _ = select_by_rank([ranked], spec, grid)
+    return {"current": current, "selected": selected, "gain": gain, "stderr": stderr, "chosen": chosen,
+            "value": value}

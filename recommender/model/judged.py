@@ -109,25 +109,31 @@ def judged_queries(train_queries: Sequence[Query], judgements: Sequence[tuple[st
     rng = np.random.default_rng(seed + 4)
     ranked = ranked_rows(len(kb), np.unique([r for _, r in relevant]).astype(np.int64), rng)
     truth = np.searchsorted(ranked, [r for _, r in relevant]).astype(np.int64)
-    own_text = {(kb[int(r)].subject.strip(), kb[int(r)].description.strip()): i for i, r in enumerate(ranked)}
-    own = np.array([own_text.get((q.subject.strip(), q.description.strip()), -1) for q, _ in relevant], np.int64)
+    own_text = {_text(kb[int(r)]): i for i, r in enumerate(ranked)}
+    own = np.array([own_text.get(_text(q), -1) for q, _ in relevant], np.int64)
     own[own == truth] = -1  # a query judged relevant to its own text keeps it
-    asked = [q.id for q, _ in relevant]
-    relevant_to: dict[str, list[int]] = {}
+    asked = [_text(q) for q, _ in relevant]  # a query is its text: one text stored under two ids is one query
+    relevant_to: dict[tuple[str, str], list[int]] = {}
     for q, column in zip(asked, truth):
         relevant_to.setdefault(q, []).append(int(column))
     others = [np.array([c for c in relevant_to[q] if c != column], np.int64) for q, column in zip(asked, truth)]
     return JudgedQueries([q for q, _ in relevant], kb, ranked, truth, own, others, _groups(truth, own, asked))
 
 
-def _groups(truth: np.ndarray, own: np.ndarray, query_ids: Sequence[str]) -> np.ndarray:
+def _text(record: Query | Ticket) -> tuple[str, str]:
+    """What a query or ticket says (subject and description, outer white space aside): the key that finds a query's
+    stored copy and joins the judgements of one query text."""
+    return record.subject.strip(), (record.description or "").strip()
+
+
+def _groups(truth: np.ndarray, own: np.ndarray, queries: Sequence) -> np.ndarray:
     """Per judgement, the smallest ticket column of its connected group (judgements joined through shared tickets,
-    their judged ones and their queries' own stored copies, and through shared queries)."""
+    their judged ones and their queries' own stored copies, and through shared `queries`: one key per query text)."""
     truth = np.asarray(truth, np.int64)
     other = np.where(np.asarray(own) >= 0, own, truth).astype(np.int64)
     n = int(max(truth.max(), other.max())) + 1 if len(truth) else 0
-    ids = {q: n + i for i, q in enumerate(dict.fromkeys(query_ids))}  # one node per query after the tickets' nodes
-    asked = np.array([ids[q] for q in query_ids], np.int64)
+    ids = {q: n + i for i, q in enumerate(dict.fromkeys(queries))}  # one node per query after the tickets' nodes
+    asked = np.array([ids[q] for q in queries], np.int64)
     size = n + len(ids)
     graph = coo_matrix((np.ones(2 * len(truth)), (np.r_[truth, truth], np.r_[other, asked])), shape=(size, size))
     _, component = connected_components(graph, directed=False)
