@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     from recommender.model.bundle import TicketModel
     from recommender.model.feedback import cross_validated_selection
     from recommender.model.judged import judged_queries
-    from recommender.model.weight_selection import pairs_against_empty_fields
+    from recommender.model.weight_selection import on_filled_fields
     from selection_agreement import semeval_target
 
     for path in (args.train, args.test):
@@ -104,9 +104,7 @@ def main(argv=None) -> int:
         for draw in range(args.draws):
             mask = draw_query_texts(query_ids, n, draw)
             decision = cross_validated_selection(ranked.queries(mask), judged.subset(mask), spec, grid, draw)
-            chosen = decision["chosen"]
-            empty = pairs_against_empty_fields(chosen["pairs"], judged.kb)  # set to 0 as `reselect_weights` sets them
-            chosen = {**chosen, "pairs": [(a, b, 0.0 if e else v) for (a, b, v), e in zip(chosen["pairs"], empty)]}
+            chosen, _ = on_filled_fields(decision["chosen"], judged.kb)  # as `reselect_weights` sets them
             gain, stderr, reselected = decision["gain"], decision["stderr"], dev_map(chosen)[0]
             rows.append({"n": n, "draw": draw, "judged": int(mask.sum()), "gain": gain, "se": stderr,
                          "z": gain / stderr if stderr > 0 else 0.0, "dev_model": model_dev,

@@ -367,14 +367,21 @@ def pairs_against_empty_fields(pairs: Sequence[Sequence], tickets: Sequence[Tick
     return [not filled[b] for _, b, *_ in pairs]  # `SiameseConfig.validate`: a ticket side is one of these
 
 
+def on_filled_fields(spec: dict, tickets: Sequence[Ticket]) -> tuple[dict, list[str]]:
+    """`spec` with each pair against a field that no ticket of `tickets` fills at 0 (`pairs_against_empty_fields`),
+    and those pairs ("SUB-SOL", ...)."""
+    empty = pairs_against_empty_fields(spec["pairs"], tickets)
+    filled = {**spec, "pairs": [(a, b, 0.0 if e else v) for (a, b, v), e in zip(spec["pairs"], empty)]}
+    return filled, [f"{a}-{b}" for (a, b, _), e in zip(spec["pairs"], empty) if e]
+
+
 def set_weights_on_filled_fields(model: TicketModel, spec: dict, tickets: Sequence[Ticket]) -> list[str]:
     """Set the metric weights of `spec` on `model`, each pair against a field that no ticket of `tickets` fills at
-    0 (`pairs_against_empty_fields`); returns those pairs ("SUB-SOL", ...)."""
-    empty = pairs_against_empty_fields(spec["pairs"], tickets)
-    model.net.set_weights([0.0 if e else v for (*_, v), e in zip(spec["pairs"], empty)], spec["channels"],
-                          spec["bm25"])
+    0 (`on_filled_fields`); returns those pairs ("SUB-SOL", ...)."""
+    filled, unfilled = on_filled_fields(spec, tickets)
+    model.net.set_weights([v for *_, v in filled["pairs"]], filled["channels"], filled["bm25"])
     model.invalidate()
-    return [f"{a}-{b}" for (a, b, _), e in zip(spec["pairs"], empty) if e]
+    return unfilled
 
 
 def restored_pairs(spec: dict, configured: Sequence[float], observable: Sequence[bool]) -> list[float]:
