@@ -56,6 +56,70 @@ def test_score_body_filters_by_ids_without_changing_the_query():
     assert body["size"] == 2
 
 
+def test_page_body_is_the_query_sorted_by_score_then_index_order_after_the_last_hit():
+    pf = _searcher()
+    body = pf.query_body("valve leak", 25_000)
+    first = pf.page_body(body, "PIT-1", None, 10_000)
+    assert first["query"] == body["query"] and first["size"] == 10_000 and first["_source"] is False
+    assert first["pit"] == {"id": "PIT-1", "keep_alive": pf.pit_keep_alive}
+    assert first["sort"] == [{"_score": "desc"}, {"_shard_doc": "asc"}] and "search_after" not in first
+    assert pf.page_body(body, "PIT-2", (3.5, 17), 5)["search_after"] == [3.5, 17]
+    assert body["size"] == 25_000 and "pit" not in body  # the query body is left as it was
+
+
+class _PagingClient:
+    """A stand-in for the server's point-in-time paging (no Elasticsearch here; the live tests below run it on
+    one): hits sorted by score, then by their place; every request recorded."""
+
+    def __init__(self, scores, fail_on_page=None):
+        self.hits = sorted(((s, i, f"T{i}") for i, s in enumerate(scores)), key=lambda h: (-h[0], h[1]))
+        self.requests, self.open, self.fail_on_page = [], set(), fail_on_page
+
+    def open_point_in_time(self, index, keep_alive):
+        self.open.add("pit-0")
+        return {"id": "pit-0"}
+
+    def search(self, body=None, index=None):
+        assert index is None and body["pit"]["id"] in self.open  # a point-in-time search names no index
+        self.requests.append(body)
+        if self.fail_on_page == len(self.requests):
+            import elasticsearch
+            raise elasticsearch.ConnectionError("connection reset")
+        after = body.get("search_after")
+        rest = [h for h in self.hits if after is None or (-h[0], h[1]) > (-after[0], after[1])]
+        page = rest[: body["size"]]
+        self.open = {f"pit-{len(self.requests)}"}  # the server may hand back a new id with each page
+        return {"pit_id": f"pit-{len(self.requests)}",
+                "hits": {"hits": [{"_id": tid, "_score": s, "sort": [s, i]} for s, i, tid in page]}}
+
+    def close_point_in_time(self, id):
+        self.open.discard(id)
+
+
+def test_more_hits_than_the_result_window_come_a_page_at_a_time_and_the_point_in_time_is_closed():
+    scores = [1.0 + (i % 7) for i in range(23)]  # ties across page boundaries
+    client = _PagingClient(scores)
+    pf = ElasticsearchSearcher("http://localhost:9200", "t", client=client)
+    pf.result_window = 5
+    hits = pf.search("valve", 23)
+    assert hits == [(tid, s) for s, _, tid in client.hits]  # every ticket once, best first
+    assert [r["size"] for r in client.requests] == [5, 5, 5, 5, 3] and not client.open
+    assert pf.search("valve", 12) == hits[:12] and not client.open  # stops at what was asked
+    assert pf.batch_search(["valve", "the"], 8) == [hits[:8], []]
+    client.requests.clear()
+    assert len(pf.search("valve", 100)) == 23  # fewer tickets than asked for: the short page ends it
+    assert [r["size"] for r in client.requests] == [5] * 5 and not client.open
+
+
+def test_a_failed_page_closes_the_point_in_time_and_says_what_to_do():
+    client = _PagingClient([1.0] * 12, fail_on_page=2)
+    pf = ElasticsearchSearcher("http://localhost:9200", "t", client=client)
+    pf.result_window = 5
+    with pytest.raises(ServiceUnavailable, match="cannot reach Elasticsearch"):
+        pf.search("valve", 12)
+    assert not client.open
+
+
 def test_index_body_maps_three_english_fields_with_explicit_bm25():
     body = _searcher(k1=1.5, b=0.6).index_body()
     assert body["settings"]["similarity"]["ticketrec_bm25"] == {"type": "BM25", "k1": 1.5, "b": 0.6}
@@ -115,6 +179,18 @@ def test_live_rebuild_search_and_scores(es):
         assert scores[tid] == pytest.approx(s, rel=1e-5)
     assert scores["nope"] == 0.0
     assert es.batch_search(["oil valve", "", "surge"], 3) == [es.search(t, 3) for t in ["oil valve", "", "surge"]]
+
+
+@live
+def test_live_more_hits_than_the_result_window_page_through_a_point_in_time(es):
+    es.rebuild(TICKETS, progress=False)
+    text = "gas turbine compressor valve oil exciter fault load"
+    whole = es.search(text, 10)
+    es.result_window = 1
+    paged = es.search(text, 10)
+    assert [tid for tid, _ in paged] == [tid for tid, _ in whole] and len(whole) >= 3
+    assert [s for _, s in paged] == pytest.approx([s for _, s in whole], rel=1e-6)
+    assert es.batch_search([text], 10) == [paged]
 
 
 @live

@@ -286,6 +286,11 @@ class ElasticsearchSearcher(Searcher):
     """
 
     name = "elasticsearch"
+    #: The most hits one search request asks for (Elasticsearch's default `index.max_result_window`, which refuses
+    #: more); a search for more (every ticket's BM25: K = 0, a metadata filter) pages through a point in time.
+    result_window = 10_000
+    #: How long a point in time stays open between two pages.
+    pit_keep_alive = "1m"
 
     def __init__(self, url: str, index_name: str = "ticketrec-tickets", weights: Sequence[float] = DEFAULT_WEIGHTS,
                  k1: float = BM25_K1, b: float = BM25_B, max_terms: int = MAX_QUERY_TERMS,
@@ -372,9 +377,45 @@ class ElasticsearchSearcher(Searcher):
         return {"query": {"bool": {"must": [self._multi_match(query_text)], "filter": [{"ids": {"values": list(ticket_ids)}}]}},
                 "size": len(ticket_ids), "_source": False, "track_total_hits": False}
 
+    def page_body(self, body: dict, pit_id: str, after: Sequence | None, size: int) -> dict:
+        """`body` (a `query_body`) as one page of a point-in-time search: `size` hits after the sort values
+        `after` (None: the first page), best first, ties in the index's own order (`_shard_doc`)."""
+        page = {key: value for key, value in body.items() if key != "size"}
+        page.update(size=int(size), pit={"id": pit_id, "keep_alive": self.pit_keep_alive},
+                    sort=[{"_score": "desc"}, {"_shard_doc": "asc"}])
+        if after is not None:
+            page["search_after"] = list(after)
+        return page
+
     @staticmethod
     def _hits(response) -> list[tuple[str, float]]:
         return [(h["_id"], float(h["_score"])) for h in response["hits"]["hits"]]
+
+    def _paged_hits(self, body: dict) -> list[tuple[str, float]]:
+        """The hits of a body asking for more than `result_window`, a page at a time through one point in time
+        (a consistent view of the index while it pages), which is closed again even when a page fails."""
+        import elasticsearch
+
+        wanted = int(body["size"])
+        pit = self.client.open_point_in_time(index=self.alias, keep_alive=self.pit_keep_alive)["id"]
+        hits: list[tuple[str, float]] = []
+        after = None
+        try:
+            while len(hits) < wanted:
+                size = min(self.result_window, wanted - len(hits))
+                response = self.client.search(body=self.page_body(body, pit, after, size))
+                page = response["hits"]["hits"]
+                hits += self._hits(response)
+                pit = response.get("pit_id", pit)
+                if len(page) < size:
+                    break
+                after = page[-1]["sort"]
+        finally:
+            try:
+                self.client.close_point_in_time(id=pit)
+            except (elasticsearch.ApiError, elasticsearch.TransportError):
+                pass  # it expires by itself after `pit_keep_alive`; the search's own error, if any, is the one to see
+        return hits
 
     # -- searching
     def search(self, text: str, k: int) -> list[tuple[str, float]]:
@@ -382,10 +423,14 @@ class ElasticsearchSearcher(Searcher):
         if body is None:
             return []
         with self._errors():
+            if k > self.result_window:
+                return self._paged_hits(body)
             return self._hits(self.client.search(index=self.alias, body=body))
 
     def batch_search(self, texts: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
-        """One `msearch` round trip for all texts."""
+        """One `msearch` round trip for all texts (one paged search per text for more than `result_window` hits)."""
+        if k > self.result_window:
+            return [self.search(t, k) for t in texts]
         bodies = [self.query_body(t, k) for t in texts]
         searches: list[dict] = []
         for body in bodies:
