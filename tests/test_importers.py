@@ -322,6 +322,32 @@ def test_a_windows_export_not_in_utf8_is_refused_with_how_to_convert_it(tmp_path
         load(path, mapping={"id": "Ticket-Nr", "subject": "Betreff"})
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_a_unicode_export_in_utf16_reads_as_its_utf8_twin(tmp_path, encoding):
+    """Excel's "Unicode text" (UTF-16 with its byte-order mark, tab-separated), and any CSV or links file that
+    begins with a UTF-16 mark, reads as the same file in UTF-8 does; JSON Lines, UTF-8 by definition, say how."""
+    text = "Ticket-Nr\tBetreff\tBeschreibung\r\n1\tDrucker klemmt\t\"Papier \u00fcberall,\r\nFach 2\"\r\n2\tVPN \u2013 trennt\tjede Stunde\r\n"
+    mapping = {"id": "Ticket-Nr", "subject": "Betreff", "description": "Beschreibung"}
+    utf16, utf8 = tmp_path / "unicode.txt", tmp_path / "utf8.txt"
+    bom = b"\xfe\xff" if encoding.endswith("be") else b""  # Python's "utf-16" writes its own (little-endian) mark
+    utf16.write_bytes(bom + text.encode(encoding))
+    utf8.write_text(text, encoding="utf-8")
+    got = load(utf16, fmt="csv", mapping=mapping)
+    assert got.tickets == load(utf8, fmt="csv", mapping=mapping).tickets
+    assert [t.subject for t in got.tickets] == ["Drucker klemmt", "VPN \u2013 trennt"]
+    links = tmp_path / "links.csv"
+    links.write_bytes(bom + "1,2\n2,3\n".encode(encoding))
+    assert load_links(links, None) == [("1", "2"), ("2", "3")]
+    jsonl = tmp_path / "kb.jsonl"
+    jsonl.write_bytes(bom + (json.dumps(TICKET) + "\n").encode(encoding))
+    with pytest.raises(InputError, match=r"line 1: UTF-16 .*iconv -f utf-16 -t utf-8"):
+        load(jsonl)
+    broken = tmp_path / "broken.csv"
+    broken.write_bytes(b"\xff\xfe" + "id,subject\n1,x\n".encode("utf-16-le") + b"\x00")  # an odd byte at the end
+    with pytest.raises(InputError, match="begins as UTF-16 but is not"):
+        load(broken, fmt="csv")
+
+
 def test_a_byte_that_is_not_utf8_deep_in_an_export_is_named_at_its_own_line(tmp_path):
     """The CSV reader decodes thousands of lines ahead of the row it returns; the error names the bad byte's line
     and byte as an editor shows them (a multi-line quoted field counts its lines), and so does a links file's."""

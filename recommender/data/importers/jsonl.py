@@ -6,7 +6,7 @@ from typing import Any
 
 from ...errors import InputError
 from ..records import LabeledPair, Ticket, parse_json
-from .parsed import (TICKET_COLUMNS, TO_UTF8, Parsed, column_names, feedback_field, id_field, progress_bar,
+from .parsed import (TICKET_COLUMNS, TO_UTF8, UTF16_BOMS, Parsed, column_names, feedback_field, id_field, progress_bar,
                      query_field, score_field, shown, ticket_field)
 
 
@@ -72,6 +72,9 @@ def _read_jsonl(parsed: Parsed, progress: bool, seen: set[str]) -> None:
         for number, line in enumerate(raw, 1):
             bar.update(len(line))
             where = f"line {number}"
+            if number == 1 and line[:2] in UTF16_BOMS:  # JSON Lines are UTF-8 by definition
+                raise parsed.fail(where, "UTF-16 (the file begins with its byte-order mark), not UTF-8",
+                                  "save the file as UTF-8 (e.g. iconv -f utf-16 -t utf-8 FILE > FILE.utf8)")
             try:
                 text = line.decode("utf-8-sig" if number == 1 else "utf-8").strip()
             except UnicodeDecodeError as exc:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ...errors import InputError
-from .parsed import Warn, log, shown, undecodable_where
+from .parsed import Warn, log, shown, text_encoding, undecodable_where
 from .tables import found_columns
 
 
@@ -26,7 +26,8 @@ def load_links(path: str | Path, columns: Sequence[str] | None = None, *, known_
         raise InputError(f"{path} does not exist or is not a file; check the path of the links file")
     known = None if known_ids is None else set(known_ids)
     try:
-        with open(path, encoding="utf-8-sig", newline="") as fh:
+        encoding = text_encoding(path)
+        with open(path, encoding=encoding, newline="") as fh:
             sample = fh.read(65536)
             fh.seek(0)
             try:
@@ -35,8 +36,8 @@ def load_links(path: str | Path, columns: Sequence[str] | None = None, *, known_
                 dialect = csv.excel
             rows = [row for row in csv.reader(fh, dialect) if any(cell.strip() for cell in row)]
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}, {undecodable_where(path)}: not UTF-8 ({exc.reason}); save the links file as "
-                         "UTF-8") from None
+        where = "begins as UTF-16 but is not" if encoding == "utf-16" else f"{undecodable_where(path)}: not UTF-8"
+        raise InputError(f"{path}, {where} ({exc.reason}); save the links file as UTF-8") from None
     except csv.Error as exc:
         raise InputError(f"{path}: bad CSV ({exc}); fix the quoting") from None
     except OSError as exc:

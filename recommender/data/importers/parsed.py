@@ -29,6 +29,9 @@ ColumnMap = Mapping[str, str]
 Warn = Callable[[str], None]
 #: How to make a file UTF-8, for the error that says it is not.
 TO_UTF8 = "save the file as UTF-8 (from a Windows export, e.g. iconv -f cp1252 -t utf-8 FILE > FILE.utf8)"
+#: The byte-order marks of UTF-16 (little-, big-endian), with which "Unicode" exports begin (Excel's "Unicode text",
+#: SQL Server's and PowerShell's defaults).
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 SPACES = re.compile(r"\s+")
 _QUOTES = re.compile("[\"'`\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u00ab\u00bb]")
 
@@ -244,6 +247,13 @@ def import_limits(settings: Settings | None) -> tuple[int, int]:
         if value < 1:
             raise InputError(f"{env} must be at least 1, not {value}; fix or unset it")
     return limits
+
+
+def text_encoding(path: str | Path) -> str:
+    """How to decode a CSV file: "utf-16" when it begins with a UTF-16 byte-order mark, else "utf-8-sig" (UTF-8,
+    with or without its mark)."""
+    with open(path, "rb") as raw:
+        return "utf-16" if raw.read(2) in UTF16_BOMS else "utf-8-sig"
 
 
 def undecodable_where(path: str | Path) -> str:

@@ -20,15 +20,15 @@ from .xlsx import parse_xlsx
 
 #: Formats `load` understands; "auto" picks one from the file extension.
 FORMATS = ("auto", "jsonl", "csv", "xlsx", "semeval")
-_EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".xlsx": "xlsx",
-               ".xlsm": "xlsx", ".xml": "semeval"}
+_EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "csv",
+               ".xlsx": "xlsx", ".xlsm": "xlsx", ".xml": "semeval"}
 
 
 _PARSERS = {"jsonl": parse_jsonl, "csv": parse_csv, "xlsx": parse_xlsx, "semeval": parse_semeval}
 
 
 def detect_format(path: str | Path, fmt: str = "auto") -> str:
-    """The format of `path`: `fmt` itself unless "auto", then by extension (.jsonl/.json, .csv, .xlsx, .xml)."""
+    """The format of `path`: `fmt` itself unless "auto", then by extension (.jsonl/.json, .csv/.tsv, .xlsx, .xml)."""
     path = Path(path)
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -40,7 +40,7 @@ def detect_format(path: str | Path, fmt: str = "auto") -> str:
             raise InputError(f"{path} is a spreadsheet of a format ticketrec does not read; save it as an Excel "
                              "workbook (.xlsx) or as CSV (UTF-8)")
         raise InputError(f"cannot tell the format of {path} from its extension {path.suffix or '(none)'!r}; "
-                         "name it .jsonl, .csv, .xlsx or .xml, or give --format jsonl|csv|xlsx|semeval")
+                         "name it .jsonl, .csv, .tsv, .xlsx or .xml, or give --format jsonl|csv|xlsx|semeval")
     return found
 
 

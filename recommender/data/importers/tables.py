@@ -9,7 +9,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from ..records import LabeledPair
 from .parsed import (JOINED_COLUMNS, PAIR_COLUMNS, TICKET_COLUMNS, TO_UTF8, Parsed, column_names, id_field,
-                     progress_bar, query_field, score_field, shown, ticket_field, undecodable_where)
+                     progress_bar, query_field, score_field, shown, text_encoding, ticket_field, undecodable_where)
 
 
 def found_columns(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -80,12 +80,16 @@ def _delimiter(first_line: str) -> str:
 
 
 def parse_csv(parsed: Parsed, progress: bool) -> None:
-    """Read a CSV file into `parsed` (`parse_table`), its delimiter told by the header row."""
+    """Read a CSV file (UTF-8, or UTF-16 with its byte-order mark) into `parsed` (`parse_table`), its delimiter
+    told by the header row."""
+    encoding = text_encoding(parsed.path)
     with open(parsed.path, "rb") as raw, progress_bar(parsed.path, progress) as bar:
-        # the header row, at most 1 MiB of it (a file of one huge line is refused by the reader below)
-        delimiter = _delimiter(raw.readline(1 << 20).decode("utf-8-sig", errors="replace"))
+        # the header row, at most a million characters of it (a file of one huge line is refused by the reader below)
+        header_line = io.TextIOWrapper(raw, encoding=encoding, errors="replace", newline="")
+        delimiter = _delimiter(header_line.readline(1 << 20))
+        header_line.detach()
         raw.seek(0)
-        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        text = io.TextIOWrapper(raw, encoding=encoding, newline="")
         reader = csv.reader(text, delimiter=delimiter)
         try:
             header = next(reader, None)
@@ -98,6 +102,9 @@ def parse_csv(parsed: Parsed, progress: bool) -> None:
                                                              "characters", "shorten it, or fix the quoting") from None
             raise parsed.fail(f"line {reader.line_num}", f"bad CSV ({exc})", "fix the quoting") from None
         except UnicodeDecodeError as exc:
+            if encoding == "utf-16":
+                raise parsed.fail("the file", f"begins as UTF-16 but is not ({exc.reason})",
+                                  "save the file as UTF-8") from None
             # the reader decodes ahead of the rows it returns: its line number is not the bad byte's
             raise parsed.fail(undecodable_where(parsed.path), f"not UTF-8 ({exc.reason})", TO_UTF8) from None
 
