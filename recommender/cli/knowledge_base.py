@@ -12,7 +12,7 @@ from .common import (column_mapping, echo_json, html_option, main, one_line, ope
 @main.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "csv", "xlsx", "semeval"]), default="auto",
-              show_default=True, help="file format; auto picks it from the extension (.jsonl/.json, .csv, .xlsx, .xml)")
+              show_default=True, help="file format; auto picks it from the extension (.jsonl/.json, .csv/.tsv, .xlsx, .xml)")
 @click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",
               help='read a help desk export of tickets: FIELD (id, subject, description, solution) from COLUMN, '
                    'e.g. --map id="Issue id" --map subject=Summary; repeat per field')
