@@ -86,7 +86,7 @@ def main(argv=None) -> int:
 
     for path in (args.train, args.test):
         if not Path(path).is_file():
-            return f"no file at {path}: pass --train and --test"
+            sys.exit(f"no file at {path}: pass --train and --test")
     started = time.time()
     model = TicketModel.load(args.model)
     train = load(args.train)

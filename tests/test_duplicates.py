@@ -216,6 +216,23 @@ def test_evaluate_duplicates_json_rows(export_files, tiny_model, tmp_path, monke
     assert "against each other system (paired)" in report and "| BM25 | " in report.split("(paired)")[1]
 
 
+def test_evaluate_json_shows_progress_only_on_a_terminal(monkeypatch):
+    """`--json` keeps stdout JSON alone; its progress bars (on stderr) show where stderr is a terminal."""
+    import io
+    import sys
+
+    from recommender.cli.evaluation import _progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert _progress(False) and not _progress(True)
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert _progress(False) and _progress(True)
+
+
 def test_evaluate_duplicates_table_and_errors(export_files, tiny_model, tmp_path, monkeypatch):
     kb, links = export_files
     result = run(["evaluate", "--kb", kb, *MAP, "--duplicates", links, "--model", tiny_model[0], "--no-baselines"],

@@ -78,11 +78,11 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
 
             results = run_siamese_duplicates(kb_path, links_path, mapping=column_mapping(maps, mapping_file),
                                              html=html, link_columns=link_columns, out=out_dir, seed=seed,
-                                             command=command, progress=not as_json, warn=warn)
+                                             command=command, progress=_progress(as_json), warn=warn)
         else:
             results = run_duplicates(kb_path, links_path, mapping=column_mapping(maps, mapping_file), html=html,
                                      link_columns=link_columns, model_dir=model_dir, settings=cfg, baselines=baselines,
-                                     out=out_dir, seed=seed, command=command, progress=not as_json, warn=warn)
+                                     out=out_dir, seed=seed, command=command, progress=_progress(as_json), warn=warn)
         rows = public_rows(results["rows"])
         for note in results["notes"]:
             warn(note)
@@ -105,7 +105,7 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
                                 + (["--candidates", str(candidates)] if candidates is not None else [])
                                 + ([] if baselines else ["--no-baselines"]) + (["--seed", str(seed)] if seed else []))
         results = evaluate_saved_model(model_dir, test_path, candidates=cfg.candidates, out=out_dir, command=command,
-                                       progress=not as_json, baselines=baselines, seed=seed)
+                                       progress=_progress(as_json), baselines=baselines, seed=seed)
         for note in results["notes"]:
             warn(note)
         if as_json:
@@ -128,7 +128,7 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
                                  "--out", out_dir, "--seed", str(seed), "--jobs", str(jobs)]
                                 + (["--candidates", str(candidates)] if candidates is not None else []))
         results = run_cv(train_path, dev_path, out_dir, k=cv_folds, seed=seed, candidates=cfg.candidates, jobs=jobs,
-                         command=command, progress=not as_json)
+                         command=command, progress=_progress(as_json))
         echo_json({"report": str(Path(out_dir) / "report.md"), "verdict": results["verdict"],
                    "cv": {r["name"]: {k: r["cv"][k] for k in ("official_map", "kb_map@10")} for r in results["rows"]}})
         return
@@ -145,6 +145,13 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
     echo_json({"report": str(Path(out_dir) / "report.md"), "rows": len(results["rows"]), "notes": results["notes"],
                "best": None if best is None else {"name": best["name"], **{k: best["dev"].get(k) for k in
                                                   ("official_map", "official_mrr", "official_p@1", "kb_acc@10")}}})
+
+
+def _progress(as_json: bool) -> bool:
+    """Whether to show progress bars: always for a printed table; with `--json` only where stderr is a terminal (the
+    bars go to stderr, the JSON to stdout, so a script reading stdout still gets JSON alone, and a user waiting on a
+    large knowledge base is not left in silence)."""
+    return not as_json or sys.stderr.isatty()
 
 
 def _command_line(args: list[str]) -> str:
