@@ -13,8 +13,10 @@ each off-topic query's best score shows where it falls among the partners'.
     .venv/bin/python benchmarks/score_promises.py --model M [--kb ../shared/data/seamonkey/SeaMonkey_bugs.csv]
         [--links ../shared/data/seamonkey/SeaMonkey_bugs-combined.csv] [--pasted 100]
 
-M is a model trained on the same knowledge base (e.g. `ticketrec train` after importing it). Prints a markdown
-table.
+M is a model trained on the same knowledge base (e.g. `ticketrec train` after importing it). A `.csv` knowledge base
+is read with SeaMonkey's columns; any other file ticketrec imports (e.g. the JSON Lines `ticketrec demo` writes as
+demo-knowledge-base.jsonl) as it is. Prints markdown tables; beside each kind of query, how many of their top 10s
+show two results at the same score (two decimals, as the UI shows them: results a score does not tell apart).
 """
 from __future__ import annotations
 
@@ -48,37 +50,57 @@ def main() -> None:
 
     if not Path(args.kb).exists():
         sys.exit(f"no knowledge base at {args.kb}: pass --kb")
-    tickets = seamonkey_tickets(args.kb)
+    tickets = knowledge_base_tickets(args.kb)
     model = TicketModel.load(args.model)
     print(f"model {args.model} ({model.version}), knowledge base {args.kb} ({len(tickets)} tickets)\n")
     with EngineRanker(model, tickets) as ranker:
         engine = ranker.engine
         pasted = paste_whole(engine, tickets[: args.pasted])
-        first = sum(came_first for came_first, _ in pasted)
-        own_scores = np.array([own.score if own else 0.0 for _, own in pasted])
-        print("| pasted tickets | first | own score >= 4.5 | own score min / median |")
-        print("|---|---|---|---|")
-        print(f"| {len(own_scores)} | {first} | {int((own_scores >= 4.5).sum())} | "
-              f"{own_scores.min():.2f} / {np.median(own_scores):.2f} |\n")
-        print("| off-topic query | best score | its raw g | best result | its score's shares |")
+        first = sum(came_first for came_first, _, _ in pasted)
+        own_scores = np.array([own.score if own else 0.0 for _, own, _ in pasted])
+        tied = sum(shows_a_tie(top) for _, _, top in pasted)
+        print("| pasted tickets | first | own score >= 4.5 | own score min / median | top 10s with a tie |")
         print("|---|---|---|---|---|")
+        print(f"| {len(own_scores)} | {first} | {int((own_scores >= 4.5).sum())} | "
+              f"{own_scores.min():.2f} / {np.median(own_scores):.2f} | {tied} |\n")
+        print("| off-topic query | best score | its raw g | best result | its score's shares | top 10: scores |")
+        print("|---|---|---|---|---|---|")
         for subject, description in OFF_TOPIC:
-            best = engine.recommend(Query(subject, description), k=1)[0]
+            top = engine.recommend(Query(subject, description), k=10)
+            best = top[0]
             shares = ", ".join(f"{k} {100 * v:.0f} %" for k, v in best.channel_shares.items())
-            print(f"| {subject} | {best.score:.2f} | {best.raw_score:.3f} | {best.ticket.subject[:50]} | {shares} |")
+            scores = " ".join(f"{r.score:.2f}" for r in top)
+            print(f"| {subject} | {best.score:.2f} | {best.raw_score:.3f} | {best.ticket.subject[:50]} | {shares} | "
+                  f"{scores}{' (a tie)' if shows_a_tie(top) else ''} |")
         if args.links:
             partners(ranker, model, tickets, args.links)
 
 
-def paste_whole(engine, tickets) -> list[tuple[bool, object]]:
+def knowledge_base_tickets(path: str) -> list:
+    """The tickets of `path`: a `.csv` with SeaMonkey's columns, any other file as ticketrec imports it."""
+    if Path(path).suffix.lower() == ".csv":
+        return seamonkey_tickets(path)
+    from recommender.data.importers import load
+
+    return list(load(path, warn=lambda _: None, progress=False).tickets)
+
+
+def shows_a_tie(results) -> bool:
+    """Whether two of `results` show the same score at the two decimals the UI and CLI print."""
+    shown = [round(r.score, 2) for r in results]
+    return len(set(shown)) < len(shown)
+
+
+def paste_whole(engine, tickets) -> list[tuple[bool, object, list]]:
     """Each ticket pasted whole as a query (subject and description; it stays in the knowledge base): whether it
-    comes first, and its own result among the top 10 (None when it is not there)."""
+    comes first, its own result among the top 10 (None when it is not there), and the top 10."""
     from recommender.data.records import Query
 
     out = []
     for ticket in tickets:
-        results = engine.recommend(Query(ticket.subject, ticket.description), k=10)
-        out.append((results[0].ticket.id == ticket.id, next((r for r in results if r.ticket.id == ticket.id), None)))
+        results = list(engine.recommend(Query(ticket.subject, ticket.description), k=10))
+        out.append((results[0].ticket.id == ticket.id, next((r for r in results if r.ticket.id == ticket.id), None),
+                    results))
     return out
 
 
