@@ -16,7 +16,8 @@ each off-topic query's best score shows where it falls among the partners'.
 M is a model trained on the same knowledge base (e.g. `ticketrec train` after importing it). A `.csv` knowledge base
 is read with SeaMonkey's columns; any other file ticketrec imports (e.g. the JSON Lines `ticketrec demo` writes as
 demo-knowledge-base.jsonl) as it is. Prints markdown tables; beside each kind of query, how many of their top 10s
-show two results at the same score (two decimals, as the UI shows them: results a score does not tell apart).
+show two results at the same score (at two decimals, as `ticketrec recommend` prints them; the UI rounds to
+one): results the score does not tell apart.
 """
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def knowledge_base_tickets(path: str) -> list:
 
 
 def shows_a_tie(results) -> bool:
-    """Whether two of `results` show the same score at the two decimals the UI and CLI print."""
+    """Whether two of `results` show the same score at two decimals (`ticketrec recommend`; the UI shows one)."""
     shown = [round(r.score, 2) for r in results]
     return len(set(shown)) < len(shown)
 
