@@ -52,8 +52,8 @@ def pooled_sd(groups: list[list[float]]) -> tuple[float, int]:
 
 
 def today_seeds(changes: dict[str, list[dict]]) -> dict[int, float]:
-    """Today's recipe's dev official MAP per seed as the AMD comparisons give it (seeds 0–2 and 3–5): the first
-    figure recorded for each seed among rows whose today's figures were measured on the AMD machine."""
+    """Today's recipe's dev official MAP per seed on the AMD machine (seeds 0–2 and 3–5): the first figure recorded
+    for each seed among the rows not run on the Intel machine (those compare with that machine's own arm)."""
     seeds: dict[int, float] = {}
     for rows in changes.values():
         for row in rows:
