@@ -86,8 +86,8 @@ def serve(model, tickets, queries, query_class: dict, cls: dict, n_pasted: int) 
         pasted = paste_whole(ranker.engine, tickets[:n_pasted])  # the pasted-ticket promise: first, >= 4.5
         off_topic = [(subject, ranker.engine.recommend(Query(subject, description), k=1)[0].raw_score)
                      for subject, description in OFF_TOPIC if "turbine" not in subject.lower()]
-    return Served(np.array(ranks), np.array(true), np.array(g), sum(first for first, _, _ in pasted),
-                  np.array([own.raw_score if own else 0.0 for _, own, _ in pasted]), off_topic)
+    return Served(np.array(ranks), np.array(true), np.array(g), sum(p.first for p in pasted),
+                  np.array([p.own.raw_score if p.own else 0.0 for p in pasted]), off_topic)
 
 
 def feedback_tuned(model, tickets, judged, out: Path):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -57,9 +58,9 @@ def main() -> None:
     with EngineRanker(model, tickets) as ranker:
         engine = ranker.engine
         pasted = paste_whole(engine, tickets[: args.pasted])
-        first = sum(came_first for came_first, _, _ in pasted)
-        own_scores = np.array([own.score if own else 0.0 for _, own, _ in pasted])
-        tied = sum(shows_a_tie(top) for _, _, top in pasted)
+        first = sum(p.first for p in pasted)
+        own_scores = np.array([p.own.score if p.own else 0.0 for p in pasted])
+        tied = sum(shows_a_tie(p.top) for p in pasted)
         print("| pasted tickets | first | own score >= 4.5 | own score min / median | top 10s with a tie |")
         print("|---|---|---|---|---|")
         print(f"| {len(own_scores)} | {first} | {int((own_scores >= 4.5).sum())} | "
@@ -92,16 +93,23 @@ def shows_a_tie(results) -> bool:
     return len(set(shown)) < len(shown)
 
 
-def paste_whole(engine, tickets) -> list[tuple[bool, object, list]]:
-    """Each ticket pasted whole as a query (subject and description; it stays in the knowledge base): whether it
-    comes first, its own result among the top 10 (None when it is not there), and the top 10."""
+class Pasted(NamedTuple):
+    """A ticket pasted whole as a query: whether it came first, its own result among the top 10 (None when it is
+    not there), and the top 10."""
+    first: bool
+    own: object
+    top: list
+
+
+def paste_whole(engine, tickets) -> list[Pasted]:
+    """Each ticket pasted whole as a query (subject and description; it stays in the knowledge base), as `Pasted`."""
     from recommender.data.records import Query
 
     out = []
     for ticket in tickets:
         results = list(engine.recommend(Query(ticket.subject, ticket.description), k=10))
-        out.append((results[0].ticket.id == ticket.id, next((r for r in results if r.ticket.id == ticket.id), None),
-                    results))
+        out.append(Pasted(results[0].ticket.id == ticket.id,
+                          next((r for r in results if r.ticket.id == ticket.id), None), results))
     return out
 
 
