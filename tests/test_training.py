@@ -9,8 +9,8 @@ from recommender.data.records import LabeledPair
 from recommender.model.siamese import SiameseConfig
 from recommender.data.store import Dataset
 from recommender.lexical.bm25 import Bm25Scorer
-from recommender.model.training import (PairSet, lexical_features, mean_average_precision, select_weights,
-                                  split_queries, train_model)
+from recommender.model.training import (PairSet, PreparedPairs, lexical_features, mean_average_precision, pair_scores,
+                                        random_negatives, select_weights, split_queries, train_model)
 
 TINY = dict(word_dim=16, hidden=8, char_dim=4, char_hidden=5, epochs=2, batch_size=8, min_count=1, w2v_epochs=2,
             channels={"h": 0.7, "E": 0.3})
@@ -65,6 +65,21 @@ def test_learned_weights_move_and_stay_positive(tiny_tickets):
     spec = model.metric_spec()
     assert all(w > 0 for w in spec["channels"].values()) and all(v > 0 for *_, v in spec["pairs"])
     assert spec["channels"] != pytest.approx({"h": 0.7, "E": 0.3}, abs=1e-3)
+
+
+def test_labelled_training_calibrates_without_ties_and_with_random_tickets_as_no(tiny_tickets):
+    """The labelled path's calibrator is strictly increasing in g (results never tie at one score) and is fitted with
+    random tickets of the knowledge base as NO pairs besides the labelled ones, so an unrelated ticket scores lower
+    than a fit on the labelled pairs alone would score it."""
+    train, dev = tiny_tickets(0), tiny_tickets(1)
+    model = train_model(train, dev, SiameseConfig(**{**TINY, "bm25": 0.0}), None, seed=0, progress=False)
+    assert np.all(np.diff(model.calibrate(np.linspace(0.0, 1.0, 201))) > 0)
+    pairs = PairSet.from_dataset(train, "training")
+    data = PreparedPairs.of(model, pairs, None)
+    labelled_only = Calibrator.fit_centered(pair_scores(model, data), pairs.y)
+    random_g, random_y = random_negatives(model, data, train.tickets, None, seed=0)
+    assert len(random_g) >= len(pairs.queries) and set(random_y.tolist()) == {1.0}
+    assert model.calibrate(random_g).mean() < labelled_only(random_g).mean() - 0.1
 
 
 def test_select_weights_finds_the_informative_channel():

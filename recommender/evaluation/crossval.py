@@ -159,16 +159,16 @@ def select_simplest(combos: Sequence[dict[str, float]], per_query: np.ndarray, c
 def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: float | None = None) -> dict:
     """Choose the weights of `model` (in place) on the selection queries from the config's grid, by `rule`
     ("simplest" or "argmax"); returns the chosen spec and how it was chosen. The calibrator is refitted on the
-    selection pairs with the chosen weights."""
+    selection pairs with the chosen weights (`labelled_calibrator`)."""
     from ..lexical.bm25 import Bm25Scorer
-    from ..model.calibration import Calibrator
     from ..model.training import (GroupTable, PairSet, PreparedPairs, combination_distances, grid_combinations,
                                   lexical_features, pair_distances)
 
     config, net = model.siamese_config, model.net
     pairs = PairSet.from_dataset(selection, "selection")
     use_bm25 = bool(config.bm25 > 0 and net.use_bm25)
-    ratio = lexical_features(pairs, Bm25Scorer(kb.tickets)) if use_bm25 else None
+    scorer = Bm25Scorer(kb.tickets) if use_bm25 else None
+    ratio = lexical_features(pairs, scorer) if scorer is not None else None
     prepared = PreparedPairs.of(model, pairs, ratio)
     dist = pair_distances(model, prepared.queries, prepared.tickets, pairs)  # [N, P, C]
     channels = list(net.channel_names)
@@ -188,9 +188,9 @@ def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: fl
     w = combos[pick]
     net.set_weights([w[k] for k in pair_keys], {c: w[c] for c in channels}, w.get("bm25"))
     model.invalidate()
-    from ..model.training import pair_scores
+    from ..model.training import labelled_calibrator
 
-    model.calibrator = Calibrator.fit(pair_scores(model, prepared), pairs.y)
+    model.calibrator = labelled_calibrator(model, prepared, kb.tickets, scorer, int(model.meta.get("seed", 0)))
     model.invalidate()
     weights = {c: float(w[c]) for c in all_channels} | {k: float(w[k]) for k in pair_keys}
     return {"weights": weights, "rule": rule, **how}

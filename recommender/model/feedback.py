@@ -19,12 +19,12 @@ from ..data.records import LABEL_SCORES, YES, LabeledPair, Query, Ticket
 from ..data.store import Dataset, Store, query_key
 from .calibration import Calibrator
 from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fit, lexical_features, mean_distance,
-                       pair_scores, split_queries)
+                       pair_scores, random_negatives, split_queries)
 from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries, paired_gain
 from .adaptation import keep_saved_encoder
 from .mined_calibration import (BAND_NO, CALIBRATION_BAND, MINED_BAND, BandSamples, band_negatives,
-                                feedback_band_decision, mined_calibration, random_negatives)
+                                feedback_band_decision, mined_calibration)
 from .weight_selection import RankedSlice, select_by_rank, set_weights_on_filled_fields
 from ..lexical.bm25 import Bm25Scorer
 
@@ -185,7 +185,7 @@ def _say(line: str) -> None:
 def _recalibrate(model: TicketModel, data: PreparedPairs, tickets: Sequence[Ticket], kb: Bm25Scorer | None,
                  seed: int, progress: bool) -> tuple[Calibrator | None, dict, dict | None]:
     """The calibrator refitted (centred isotonic, ties broken by raw score) on the judged pairs and, for each judged
-    query, random tickets of the knowledge base (`mined_calibration.random_negatives`) and one it ranks 5th–20th
+    query, random tickets of the knowledge base (`training.random_negatives`) and one it ranks 5th–20th
     (`mined_calibration.band_negatives`) as NO, as label-free training calibrates: feedback is mostly YES, and a
     calibrator fitted on one label maps every score to it. A label-free model's own calibration pairs, mined again
     from the knowledge base (`mined_calibration.mined_calibration`), join them: a few dozen judgements adjust the

@@ -21,10 +21,8 @@ from ..lexical.bm25 import Bm25Scorer
 from .augment import Augmenter, vocabulary_augmenter
 from .bundle import TicketModel
 from .mining import MinedPairs, MiningConfig, mine_pairs
-from .training import PairSet, PreparedPairs, cross_scores, lexical_features, pair_scores
+from .training import CALIBRATION_NEGATIVES, PairSet, PreparedPairs, cross_scores, lexical_features, pair_scores
 
-#: Random NO tickets per held-out query in the calibration pairs.
-CALIBRATION_NEGATIVES = 4
 #: Ranks (among the other tickets, by the model's score) from which each calibration query takes one more NO ticket
 #: (`band_negatives`), and how many tickets it ranks (a random sample when the knowledge base is larger).
 CALIBRATION_BAND = (5, 20)
@@ -212,32 +210,6 @@ def feedback_band_decision(model: TicketModel, mined_parts: dict[str, tuple[np.n
         return decision
     return {"as_no": trained_band_is_no(model, mined_parts) if mined_parts else True, "by": "training",
             "position": None}
-
-
-def random_negatives(model: TicketModel, data: PreparedPairs, kb: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
-                     seed: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(g, y) of `CALIBRATION_NEGATIVES` random tickets of `kb` per query of `data` (a ticket `data` pairs with the
-    query skipped) as NO pairs, scored as serving scores them (the lexical feature over `kb_scorer`'s knowledge base,
-    none when None): the random NO pairs of queries that were judged or labelled, as `calibration_pairs` gives the
-    mined queries theirs."""
-    pairs = data.pairs
-    rng = np.random.default_rng(seed + 5)
-    paired = {(int(qi), pairs.tickets[int(ti)].id) for qi, ti in zip(pairs.q, pairs.t)}
-    q, t = [], []
-    for qi in range(len(pairs.queries)):
-        for r in rng.choice(len(kb), min(CALIBRATION_NEGATIVES, len(kb)), replace=False):
-            if (qi, kb[int(r)].id) not in paired:
-                q.append(qi)
-                t.append(int(r))
-    if not q:
-        return np.empty(0), np.empty(0)
-    used = sorted(set(t))
-    at = {r: i for i, r in enumerate(used)}
-    negatives = PairSet(pairs.queries, [kb[r] for r in used], np.array(q, np.int64),
-                        np.array([at[r] for r in t], np.int64), np.full(len(q), float(NO)))
-    lexical = lexical_features(negatives, kb_scorer) if kb_scorer is not None else None
-    prepared = PreparedPairs(negatives, data.queries, model.prepare(negatives.tickets, "ticket", progress), lexical)
-    return pair_scores(model, prepared), negatives.y
 
 
 def mined_calibration(model: TicketModel, tickets: Sequence[Ticket], kb_scorer: Bm25Scorer | None,

@@ -1,5 +1,6 @@
 """Training of the Replicated Siamese LSTM: MSE on (score−1)/4, Adadelta, dropout, clipping, early stopping on dev,
-the Table 2 weight grid (or learned weights), then isotonic calibration.
+the Table 2 weight grid (or learned weights), then calibration (centred isotonic regression on the labelled pairs and
+random NO tickets).
 
 What text the unsupervised parts (vocabulary, IDF, word2vec, Punkt, DocNADE) see: the knowledge base, i.e. every
 ticket of the training data and of the dev data (their SUB, DESC, SOL), plus the training queries (SUB, DESC).
@@ -24,7 +25,7 @@ from .calibration import Calibrator
 from .embeddings import CharVocabulary, align_vectors, load_word2vec, train_word2vec, word2vec_epochs
 from ..errors import InputError
 from .bundle import Prepared, TicketModel, _package_versions, build_topic_vocab, topic_documents
-from ..data.records import Query, Ticket, query_text
+from ..data.records import NO, Query, Ticket, query_text
 from .adaptation import keep_saved_encoder
 from .static_fit import fit_static_encoder
 from .siamese import ReplicatedSiameseLSTM, SiameseConfig, metric_distance
@@ -33,6 +34,10 @@ from ..lexical.bm25 import Bm25Scorer
 from .sentences import SentenceSplitter
 from .pairs import PairSet, dataset_fingerprint, split_queries
 from .vocab import EOS, Vocabulary
+
+#: Random NO tickets per query in every calibration: the labelled queries' (`labelled_calibrator`), the judged ones'
+#: (`train --with-feedback`) and the mined held-out queries' (`mined_calibration.calibration_pairs`).
+CALIBRATION_NEGATIVES = 4
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -330,6 +335,41 @@ def cross_scores(model: TicketModel, queries: Prepared, tickets: Prepared, lexic
     return out
 
 
+def random_negatives(model: TicketModel, data: PreparedPairs, kb: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
+                     seed: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(g, y) of `CALIBRATION_NEGATIVES` random tickets of `kb` per query of `data` (a ticket `data` pairs with the
+    query skipped) as NO pairs, scored as serving scores them (the lexical feature over `kb_scorer`'s knowledge base,
+    none when None): the random NO pairs of queries that were judged or labelled, as
+    `mined_calibration.calibration_pairs` gives the mined queries theirs."""
+    pairs = data.pairs
+    rng = np.random.default_rng(seed + 5)
+    paired = {(int(qi), pairs.tickets[int(ti)].id) for qi, ti in zip(pairs.q, pairs.t)}
+    q, t = [], []
+    for qi in range(len(pairs.queries)):
+        for r in rng.choice(len(kb), min(CALIBRATION_NEGATIVES, len(kb)), replace=False):
+            if (qi, kb[int(r)].id) not in paired:
+                q.append(qi)
+                t.append(int(r))
+    if not q:
+        return np.empty(0), np.empty(0)
+    used = sorted(set(t))
+    at = {r: i for i, r in enumerate(used)}
+    negatives = PairSet(pairs.queries, [kb[r] for r in used], np.array(q, np.int64),
+                        np.array([at[r] for r in t], np.int64), np.full(len(q), float(NO)))
+    lexical = lexical_features(negatives, kb_scorer) if kb_scorer is not None else None
+    prepared = PreparedPairs(negatives, data.queries, model.prepare(negatives.tickets, "ticket", progress), lexical)
+    return pair_scores(model, prepared), negatives.y
+
+
+def labelled_calibrator(model: TicketModel, data: PreparedPairs, kb: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
+                        seed: int, progress: bool = False) -> Calibrator:
+    """The calibrator of a model trained on labelled pairs: `Calibrator.fit_centered` (ties broken by raw score) on
+    `data`'s labelled pairs plus `random_negatives`' random tickets of `kb` per query as NO pairs, so that an
+    unrelated ticket is calibrated by examples of one, as label-free training's mined calibration does."""
+    random_g, random_y = random_negatives(model, data, kb, kb_scorer, seed, progress)
+    return Calibrator.fit_centered(np.r_[pair_scores(model, data), random_g], np.r_[data.pairs.y, random_y])
+
+
 def evaluate(model: TicketModel, data: PreparedPairs) -> dict:
     """Pearson r, Spearman ρ, calibrated MSE (1–5 scale) and rerank MAP of `model` on labelled pairs."""
     g = pair_scores(model, data)
@@ -346,8 +386,8 @@ def fit(model: TicketModel, train: PairSet | PreparedPairs, dev: PairSet | Prepa
 
     The MSE loop of the paper: Adadelta at `lr` (default: the model's config) for up to `epochs` epochs (default:
     the config's), early stopping on `dev`'s Pearson r when `dev` is given (the best epoch is kept). The
-    vocabulary, word vectors, Punkt and DocNADE are the input's. With `calibrate`, the copy's isotonic calibrator
-    is refitted on `train`. Pairs may come prepared (`PreparedPairs`, to prepare once for several calls); bare
+    vocabulary, word vectors, Punkt and DocNADE are the input's. With `calibrate`, the copy's calibrator is refitted
+    on `train` (`labelled_calibrator`, its random NO tickets drawn from `train`'s tickets). Pairs may come prepared (`PreparedPairs`, to prepare once for several calls); bare
     `PairSet`s are prepared here, their lexical feature over their own tickets. `history`, when given, receives
     one row per epoch (train_mse, and dev_pearson, dev_spearman, dev_map with `dev`).
     """
@@ -358,7 +398,9 @@ def fit(model: TicketModel, train: PairSet | PreparedPairs, dev: PairSet | Prepa
     rows = _fit(tuned, train_data, dev_data, config.epochs if epochs is None else epochs,
                 config.lr if lr is None else lr, seed, progress)
     if calibrate:
-        tuned.calibrator = Calibrator.fit(pair_scores(tuned, train_data), train_data.pairs.y)
+        tickets = train_data.pairs.tickets
+        scorer = Bm25Scorer(tickets) if train_data.lexical is not None else None
+        tuned.calibrator = labelled_calibrator(tuned, train_data, tickets, scorer, seed, progress)
     tuned.invalidate()
     if history is not None:
         history.extend(rows)
@@ -396,6 +438,7 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
     if dev_pairs is not None:
         dq, dt = model.prepare(dev_pairs.queries, "query", progress), model.prepare(dev_pairs.tickets, "ticket", progress)
     train_ratio = dev_ratio = None
+    kb_scorer = None
     if config.bm25 > 0:  # the lexical feature, IDF over the training knowledge base (as an index of it would)
         kb_scorer = Bm25Scorer(kb_tickets)
         train_ratio = lexical_features(train_pairs, kb_scorer)
@@ -419,7 +462,7 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
                      "scale": _unit_scale(model, train_set)}
 
     model.net.eval()
-    model.calibrator = Calibrator.fit(pair_scores(model, train_set), train_pairs.y)
+    model.calibrator = labelled_calibrator(model, train_set, kb_tickets, kb_scorer, seed, progress)
     report = {"tickets": len(kb_tickets), "train_pairs": len(train_pairs),
               "dev_pairs": len(dev_pairs) if dev_pairs else 0,
               "dev_source": "held-out training queries" if held_out else "dev file", "history": history,

@@ -43,13 +43,13 @@ from .calibration import Calibrator
 from .grid_ranks import MRR_K
 from .mined_adaptation import adapt_sentence_encoder
 from .mined_calibration import (CALIBRATION_BAND, BandSamples, band_is_no, band_negatives, band_position,
-                                prepared_calibration, random_negatives, yes_band_decision)
+                                prepared_calibration, yes_band_decision)
 from .mining import MiningConfig, mine_pairs, require_minable
 from .siamese import MERGED, TABLE2_PAIRS, ReplicatedSiameseLSTM, SiameseConfig
 from .static_fit import fit_static_encoder, runs_static
 from .template_lines import TemplateLines
 from .training import (PairSet, PreparedPairs, _seed_everything, _unit_scale, _unsupervised_parts,
-                       dataset_fingerprint, fit, lexical_features, pair_scores)
+                       dataset_fingerprint, fit, lexical_features, pair_scores, random_negatives)
 from .vocab import EOS, UNK_ID
 from .weight_selection import PASTED, observable_pairs, restored_pairs, select_on_held_out, set_weights_on_filled_fields
 
