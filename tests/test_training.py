@@ -80,6 +80,11 @@ def test_labelled_training_calibrates_without_ties_and_with_random_tickets_as_no
     random_g, random_y = random_negatives(model, data, train.tickets, None, seed=0)
     assert len(random_g) >= len(pairs.queries) and set(random_y.tolist()) == {1.0}
     assert model.calibrate(random_g).mean() < labelled_only(random_g).mean() - 0.1
+    report = model.meta["training"]["calibration"]  # what training prints and `ticketrec train --no-mined` reports
+    assert report["labelled_pairs"] == len(pairs) and report["random_no"] == len(random_g)
+    medians = report["median_score"]
+    assert set(medians) == {"label 5", "label 1", "random tickets"}
+    assert medians["label 5"] > medians["label 1"] and 1 <= medians["random tickets"] <= 5
 
 
 def test_select_weights_finds_the_informative_channel():

@@ -152,7 +152,7 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     echo_json({"model": str(out_dir), "version": model.version, "metric": model.metric_spec(),
                "dev_source": report["dev_source"], "dev_pearson": dev.get("pearson"),
                "dev_spearman": dev.get("spearman"), "dev_mse": dev.get("mse"), "dev_map": dev.get("map"),
-               "wall_seconds": round(time.time() - started, 1)})
+               "calibration": report["calibration"], "wall_seconds": round(time.time() - started, 1)})
 
 
 def _prepare_encoder(config, encoder_dir, encoder_backend) -> None:

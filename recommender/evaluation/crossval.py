@@ -190,7 +190,7 @@ def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: fl
     model.invalidate()
     from ..model.training import labelled_calibrator
 
-    model.calibrator = labelled_calibrator(model, prepared, kb.tickets, scorer, int(model.meta.get("seed", 0)))
+    model.calibrator = labelled_calibrator(model, prepared, kb.tickets, scorer, int(model.meta.get("seed", 0)))[0]
     model.invalidate()
     weights = {c: float(w[c]) for c in all_channels} | {k: float(w[k]) for k in pair_keys}
     return {"weights": weights, "rule": rule, **how}

@@ -362,12 +362,19 @@ def random_negatives(model: TicketModel, data: PreparedPairs, kb: Sequence[Ticke
 
 
 def labelled_calibrator(model: TicketModel, data: PreparedPairs, kb: Sequence[Ticket], kb_scorer: Bm25Scorer | None,
-                        seed: int, progress: bool = False) -> Calibrator:
+                        seed: int, progress: bool = False) -> tuple[Calibrator, dict]:
     """The calibrator of a model trained on labelled pairs: `Calibrator.fit_centered` (ties broken by raw score) on
     `data`'s labelled pairs plus `random_negatives`' random tickets of `kb` per query as NO pairs, so that an
-    unrelated ticket is calibrated by examples of one, as label-free training's mined calibration does."""
+    unrelated ticket is calibrated by examples of one, as label-free training's mined calibration does. Also returns
+    what it was fitted on: {"labelled_pairs", "random_no", "median_score": {label or "random tickets": median}}."""
+    labelled_g = pair_scores(model, data)
     random_g, random_y = random_negatives(model, data, kb, kb_scorer, seed, progress)
-    return Calibrator.fit_centered(np.r_[pair_scores(model, data), random_g], np.r_[data.pairs.y, random_y])
+    calibrator = Calibrator.fit_centered(np.r_[labelled_g, random_g], np.r_[data.pairs.y, random_y])
+    medians = {f"label {label:g}": float(np.median(calibrator(labelled_g[data.pairs.y == label])))
+               for label in sorted(set(data.pairs.y.tolist()), reverse=True)}
+    if len(random_g):
+        medians["random tickets"] = float(np.median(calibrator(random_g)))
+    return calibrator, {"labelled_pairs": len(labelled_g), "random_no": len(random_g), "median_score": medians}
 
 
 def evaluate(model: TicketModel, data: PreparedPairs) -> dict:
@@ -387,9 +394,10 @@ def fit(model: TicketModel, train: PairSet | PreparedPairs, dev: PairSet | Prepa
     The MSE loop of the paper: Adadelta at `lr` (default: the model's config) for up to `epochs` epochs (default:
     the config's), early stopping on `dev`'s Pearson r when `dev` is given (the best epoch is kept). The
     vocabulary, word vectors, Punkt and DocNADE are the input's. With `calibrate`, the copy's calibrator is refitted
-    on `train` (`labelled_calibrator`, its random NO tickets drawn from `train`'s tickets). Pairs may come prepared (`PreparedPairs`, to prepare once for several calls); bare
-    `PairSet`s are prepared here, their lexical feature over their own tickets. `history`, when given, receives
-    one row per epoch (train_mse, and dev_pearson, dev_spearman, dev_map with `dev`).
+    on `train` (`labelled_calibrator`, its random NO tickets drawn from `train`'s tickets). Pairs may come prepared
+    (`PreparedPairs`, to prepare once for several calls); bare `PairSet`s are prepared here, their lexical feature
+    over their own tickets. `history`, when given, receives one row per epoch (train_mse, and dev_pearson,
+    dev_spearman, dev_map with `dev`).
     """
     config = model.siamese_config
     tuned = copy.deepcopy(model)
@@ -400,7 +408,7 @@ def fit(model: TicketModel, train: PairSet | PreparedPairs, dev: PairSet | Prepa
     if calibrate:
         tickets = train_data.pairs.tickets
         scorer = Bm25Scorer(tickets) if train_data.lexical is not None else None
-        tuned.calibrator = labelled_calibrator(tuned, train_data, tickets, scorer, seed, progress)
+        tuned.calibrator = labelled_calibrator(tuned, train_data, tickets, scorer, seed, progress)[0]
     tuned.invalidate()
     if history is not None:
         history.extend(rows)
@@ -462,8 +470,11 @@ def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_
                      "scale": _unit_scale(model, train_set)}
 
     model.net.eval()
-    model.calibrator = labelled_calibrator(model, train_set, kb_tickets, kb_scorer, seed, progress)
-    report = {"tickets": len(kb_tickets), "train_pairs": len(train_pairs),
+    model.calibrator, calibration = labelled_calibrator(model, train_set, kb_tickets, kb_scorer, seed, progress)
+    if progress:
+        tqdm.write("calibrated on the training pairs and random tickets: median score " + ", ".join(
+            f"{name} {value:.2f}" for name, value in calibration["median_score"].items()))
+    report = {"tickets": len(kb_tickets), "train_pairs": len(train_pairs), "calibration": calibration,
               "dev_pairs": len(dev_pairs) if dev_pairs else 0,
               "dev_source": "held-out training queries" if held_out else "dev file", "history": history,
               "weight_selection": selection, "initial_scale": scale, "static_fit": static_fit}
