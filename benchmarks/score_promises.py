@@ -94,23 +94,26 @@ def shows_a_tie(results) -> bool:
 
 
 class Pasted(NamedTuple):
-    """A ticket pasted whole as a query: whether it came first, its own result among the top 10 (None when it is
-    not there), and the top 10."""
-    first: bool
-    own: object
+    """A ticket pasted whole as a query: its id and the top 10 it got."""
+    ticket_id: str
     top: list
+
+    @property
+    def first(self) -> bool:
+        """Whether the ticket came first."""
+        return self.top[0].ticket.id == self.ticket_id
+
+    @property
+    def own(self):
+        """The ticket's own result among the top 10 (None when it is not there)."""
+        return next((r for r in self.top if r.ticket.id == self.ticket_id), None)
 
 
 def paste_whole(engine, tickets) -> list[Pasted]:
     """Each ticket pasted whole as a query (subject and description; it stays in the knowledge base), as `Pasted`."""
     from recommender.data.records import Query
 
-    out = []
-    for ticket in tickets:
-        results = list(engine.recommend(Query(ticket.subject, ticket.description), k=10))
-        out.append(Pasted(results[0].ticket.id == ticket.id,
-                          next((r for r in results if r.ticket.id == ticket.id), None), results))
-    return out
+    return [Pasted(t.id, list(engine.recommend(Query(t.subject, t.description), k=10))) for t in tickets]
 
 
 def partners(ranker, model, tickets, links_path: str) -> None:
