@@ -64,6 +64,9 @@ def test_the_demo_sets_everything_up_serves_the_ui_and_reuses_it_the_second_time
     assert "2/3 model: training" in first and "3/3 index" in first
     assert len(re.findall(r"^  \d\. \[\d\.\d/5\] ", first, re.M)) == 3, first[-3000:]  # the sample query's answer
     assert "Traceback" not in first
+    # Written to a file, a progress bar is a heartbeat, not a line per batch (tqdm's redraws end in "\r" or "\n").
+    redraws = re.findall(r"DocNADE epoch 1/\d+:", first)
+    assert 1 <= len(redraws) <= 3, f"{len(redraws)} redraws of one DocNADE epoch's bar in the log"
 
     again = subprocess.run([str(TICKETREC), "demo", *SMALL, "--no-serve"], cwd=ROOT, env=env,
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)

@@ -350,7 +350,7 @@ def fit(
             seen_nll += float(loss.detach())
             seen_words += n
             bar.update(n)
-            bar.set_postfix(train_ppl=f"{math.exp(seen_nll / seen_words):.1f}")
+            bar.set_postfix(train_ppl=f"{math.exp(seen_nll / seen_words):.1f}", refresh=False)
         bar.close()
         if dev_docs is None:
             continue

@@ -554,7 +554,7 @@ def _fit(model: TicketModel, train: PreparedPairs, dev: PreparedPairs | None, ep
             if wopt:
                 wopt.step()
             total += float(loss.detach()) * len(idx)
-            steps.set_postfix(loss=f"{float(loss.detach()):.4f}")
+            steps.set_postfix(loss=f"{float(loss.detach()):.4f}", refresh=False)
         row = {"epoch": epoch + 1, "train_mse": total / len(order)}
         if dev is not None:
             model.invalidate()
