@@ -188,6 +188,10 @@ def test_cli_trains_a_char_siamese_model_from_the_store(tmp_path, kb):
     assert CharSiamese.load(out).version == report["version"]
     wrong = runner.invoke(main, ["train", "--arch", "char-siamese", "--preset", "ml", "--out", str(out)], env=env)
     assert wrong.exit_code != 0 and "do not apply to --arch char-siamese" in wrong.output
+    # its model is a channel of another, never the served one: without --out it is refused, not written there
+    unnamed = runner.invoke(main, ["train", "--arch", "char-siamese", "--config", str(config)], env=env)
+    assert unnamed.exit_code != 0 and "give its directory with --out DIR" in unnamed.output
+    assert not (tmp_path / "home" / "models" / "current").exists()
 
 
 def test_siamese_grid_rows_run_end_to_end_on_tiny_data(tmp_path):

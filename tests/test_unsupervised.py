@@ -53,21 +53,23 @@ def _imported_home(tmp):
 
 def _train(home, out, config: dict, *args: str):
     """`ticketrec train --out OUT --config CONFIG [ARGS]` on the home's tickets — label-free, as a help desk would run
-    it; (the model, the CLI's output)."""
-    (out.parent / "config.json").write_text(json.dumps(config))
-    result = CliRunner().invoke(main, ["train", "--out", str(out), "--config", str(out.parent / "config.json"), *args],
-                                env=_env(home))
+    it; without `out`, no --out (the home's served model, models/current); (the model, the CLI's output)."""
+    config_file = (out or home).parent / "config.json"
+    config_file.write_text(json.dumps(config))
+    result = CliRunner().invoke(main, ["train", *(["--out", str(out)] if out else []), "--config", str(config_file),
+                                       *args], env=_env(home))
     assert result.exit_code == 0, result.output
-    return TicketModel.load(out), result.output
+    return TicketModel.load(out or home / "models" / "current"), result.output
 
 
 @pytest.fixture(scope="module")
 def label_free(tmp_path_factory):
-    """(home, model_dir, tickets, cli output): the paper's channels (`TINY`) trained on `_imported_home`."""
+    """(home, model_dir, tickets, cli output): the paper's channels (`TINY`) trained on `_imported_home` by `ticketrec
+    train` without --out, into the home's models/current."""
     tmp = tmp_path_factory.mktemp("label-free")
     home, tickets = _imported_home(tmp)
-    _, output = _train(home, tmp / "M", TINY)
-    return home, tmp / "M", tickets, output
+    _, output = _train(home, None, TINY)
+    return home, home / "models" / "current", tickets, output
 
 
 def test_cli_trains_label_free_on_the_store_and_says_what_it_did(label_free):
@@ -87,6 +89,23 @@ def test_cli_trains_label_free_on_the_store_and_says_what_it_did(label_free):
                                   model.meta["word_vectors"]).groups()
     tokens, epochs = int(tokens.replace(",", "")), int(epochs)
     assert epochs == word2vec_epochs(tokens, 2, W2V_UPDATES) > 2
+
+
+def test_import_train_index_recommend_work_on_a_fresh_home_without_labels_or_paths(label_free):
+    """The issue's flow as a help desk types it: `ticketrec train` with no --out writes the model `ticketrec index`
+    encodes with, and `ticketrec recommend` answers from it."""
+    home, model_dir, tickets, output = label_free
+    assert f"the model goes to {model_dir}" in output
+    runner = CliRunner()
+    indexed = runner.invoke(main, ["index"], env=_env(home))
+    assert indexed.exit_code == 0, indexed.output
+    ticket = tickets[7]
+    answer = runner.invoke(main, ["recommend", "--subject", ticket.subject, "--description", ticket.description,
+                                  "-k", "3", "--json"], env=_env(home))
+    assert answer.exit_code == 0, answer.output
+    served = json.loads(answer.stdout)
+    assert len(served["results"]) == 3 and served["results"][0]["ticket"]["id"] == ticket.id
+    assert served["info"]["model_version"] == TicketModel.load(model_dir).version
 
 
 def test_the_paraphrase_queries_make_the_subject_pair_selectable(label_free):

@@ -15,7 +15,9 @@ from .common import echo_json, main, open_store, settings, warn_if_not_english
                    "queries); repeat for several files")
 @click.option("--dev", "dev_file", type=click.Path(dir_okay=False), default=None,
               help="labelled dev data for early stopping and weight selection (default: a held-out share of --train)")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="model directory to write")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="model directory to write (default: TICKETREC_MODEL, the model `ticketrec index` encodes with; "
+                   "required with --arch char-siamese / var-siamese, whose models are channels of another)")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="JSON file of SiameseConfig fields, applied over --preset, else over the label-free "
                    "configuration (training on the store's tickets) or the labelled one (--no-mined); a \"mining\" "
@@ -67,6 +69,13 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     from ..model.training import train_model
 
     started = time.time()
+    if out_dir is None:
+        if arch != "replicated":
+            raise InputError(f"--arch {arch} trains a channel that another model adds with --channel DIR, not a model "
+                             "to serve: give its directory with --out DIR")
+        out_dir = str(settings().model)
+        click.echo(f"the model goes to {out_dir} (TICKETREC_MODEL; --out DIR writes it elsewhere); the index serves "
+                   "the model it was built with until the next `ticketrec index`", err=True)
     if channel_dirs and (arch != "replicated" or with_feedback):
         raise InputError("--channel adds a channel to the Replicated Siamese model being trained: drop it with "
                          "--arch char-siamese / var-siamese and --with-feedback (the base model keeps its channels)")

@@ -462,7 +462,8 @@ class TicketModel:
         """Read an artifact directory; a missing, corrupt or foreign-version file raises ModelError naming it."""
         path = Path(path)
         if not path.is_dir():
-            raise ModelError(f"no model at {path}; train one with: ticketrec train --train FILE --out {path}")
+            raise ModelError(f"no model at {path}; train one with: ticketrec train --out {path} (it learns from the "
+                             "tickets in the store; --train FILE adds labelled pairs)")
         cfg_file = path / "config.json"
         try:
             config = json.loads(cfg_file.read_text(encoding="utf-8"))
