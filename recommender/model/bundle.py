@@ -194,7 +194,8 @@ class TicketModel:
         """
         make = self.featurizer.query_tokens if side == "query" else self.featurizer.ticket_tokens
         items = [self.model_input(x) for x in items]
-        tokens = [make(x) for x in tqdm(items, desc="tokenising queries" if side == "query" else "tokenising tickets", disable=not progress, leave=False)]
+        desc = "tokenising queries" if side == "query" else "tokenising tickets"
+        tokens = [make(x) for x in tqdm(items, desc=desc, disable=not progress, leave=False)]
         extras: dict[str, np.ndarray] = {}
         comps = list(tokens[0].keys()) if tokens else (
             self.siamese_config.query_components if side == "query" else self.siamese_config.ticket_components)
