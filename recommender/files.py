@@ -19,8 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_file", "atomic_directory", "create_private_once",
-           "seal_tree", "preallocate", "disk_full", "READ_ONLY"]
+from .errors import InputError
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_file", "atomic_directory", "check_replaceable",
+           "create_private_once", "seal_tree", "preallocate", "disk_full", "READ_ONLY"]
 
 #: The mode of a sealed file: readable by all, writable by none (root aside).
 READ_ONLY = 0o444
@@ -128,12 +130,29 @@ def _fsync_tree(root: Path) -> None:
         _fsync_dir(Path(directory))
 
 
+def check_replaceable(path: str | Path, marker: str) -> None:
+    """Refuse (InputError) to put a directory whose files include `marker` (a model's config.json) over `path` when
+    `path` holds something else: a file, or a non-empty directory without `marker`. Replacing it would delete it."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return
+    if not path.is_dir():
+        raise InputError(f"{path} is a file, not a directory to write into: name a new directory (nothing was written)")
+    if (path / marker).is_file() or not any(path.iterdir()):
+        return
+    raise InputError(f"{path} holds other files and no {marker}, so it is not one of ours: writing there would delete "
+                     "them; name a new directory (nothing was written)")
+
+
 @contextmanager
-def atomic_directory(path: str | Path, prefix: str | None = None) -> Iterator[Path]:
+def atomic_directory(path: str | Path, prefix: str | None = None, marker: str | None = None) -> Iterator[Path]:
     """Yield an empty temporary sibling directory of `path` to fill; on a clean exit its files are fsync'ed and it
     is renamed to `path`, replacing an existing `path` (moved aside, then deleted). On an exception it is deleted
-    and `path` is left as it was."""
+    and `path` is left as it was. With `marker`, a `path` that holds something else than a directory with that file
+    (`check_replaceable`) is refused before anything is written."""
     path = Path(path)
+    if marker is not None:
+        check_replaceable(path, marker)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=_prefix(path, prefix), dir=path.parent))
     aside: Path | None = None

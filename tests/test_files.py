@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 import recommender.files as files
+from recommender.errors import InputError
 from recommender.files import atomic_directory, atomic_file, atomic_write_bytes, atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +54,32 @@ def test_atomic_directory_replaces_a_directory_whole(tmp_path):
     assert sorted(p.name for p in target.iterdir()) == ["a"] and (target / "a").read_text() == "2"
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
     assert target.stat().st_mode & 0o777 == 0o777 & ~_umask()
+
+
+def test_a_directory_that_is_not_ours_is_refused_before_anything_is_written(tmp_path):
+    """With a marker, only a new path, an empty directory or one holding the marker may be replaced: a user's folder
+    named by mistake (a home directory given as --out) is refused whole, not deleted."""
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    with pytest.raises(InputError, match="holds other files and no config.json"):
+        with atomic_directory(mine, marker="config.json") as tmp:
+            (tmp / "config.json").write_text("{}")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="is a file"):
+        with atomic_directory(tmp_path / "file", marker="config.json"):
+            pass
+    assert (mine / "thesis.tex").read_text() == "years of work"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "notes"]
+    for ours in (tmp_path / "new", tmp_path / "empty", tmp_path / "model"):
+        if ours.name != "new":
+            ours.mkdir()
+        if ours.name == "model":
+            (ours / "config.json").write_text("{}")
+            (ours / "weights.pt").write_text("old")
+        with atomic_directory(ours, marker="config.json") as tmp:
+            (tmp / "config.json").write_text("{\"new\": 1}")
+        assert sorted(p.name for p in ours.iterdir()) == ["config.json"]
 
 
 def test_a_failed_directory_write_leaves_the_old_directory(tmp_path):

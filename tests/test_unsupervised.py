@@ -795,6 +795,13 @@ def test_cli_errors_are_clear(tmp_path):
                          env=_env(tmp_path / "h"))
     assert both.exit_code == 1 and "--no-mined" in both.output
     assert not (tmp_path / "m").exists()
+    # --out naming a folder of other files is refused before training (which would end by replacing it)
+    home, _ = _imported_home(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.txt").write_text("keep me")
+    mistaken = runner.invoke(main, ["train", "--out", str(tmp_path / "docs")], env=_env(home))
+    assert mistaken.exit_code == 1 and "holds other files and no config.json" in mistaken.output
+    assert "word2vec" not in mistaken.output and (tmp_path / "docs" / "notes.txt").read_text() == "keep me"
 
 
 # -- the pretrained channel S adapted to the knowledge base (needs the [pretrained] extra) ---------------------

@@ -65,6 +65,7 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
 
     from ..data.importers import load_many
     from ..errors import InputError
+    from ..files import check_replaceable
     from ..model.siamese import SiameseConfig
     from ..model.training import train_model
 
@@ -76,6 +77,7 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
         out_dir = str(settings().model)
         click.echo(f"the model goes to {out_dir} (TICKETREC_MODEL; --out DIR writes it elsewhere); the index serves "
                    "the model it was built with until the next `ticketrec index`", err=True)
+    check_replaceable(out_dir, "config.json")  # before training, not after it: --out must be new or a model's
     if channel_dirs and (arch != "replicated" or with_feedback):
         raise InputError("--channel adds a channel to the Replicated Siamese model being trained: drop it with "
                          "--arch char-siamese / var-siamese and --with-feedback (the base model keeps its channels)")

@@ -410,7 +410,7 @@ class TicketModel:
 
     def save(self, path: str | Path) -> None:
         """Write the artifact directory atomically: into a temporary sibling, then one rename over `path`."""
-        with atomic_directory(path) as tmp:
+        with atomic_directory(path, marker="config.json") as tmp:
             config = self.config
             config["version"] = self.version
             (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")

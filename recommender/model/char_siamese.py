@@ -466,7 +466,7 @@ class CharSiamese:
         SHA-256 of every other file, the training report; weights.pt: the state dict)."""
         from .pretrained import file_checksums
 
-        with atomic_directory(path) as tmp:
+        with atomic_directory(path, marker="config.json") as tmp:
             torch.save(self._state(), tmp / _WEIGHTS)
             config = {"format_version": FORMAT_VERSION, "arch": ARCH, "version": self.version,
                       "hyperparameters": self.config.to_dict(), "chars": self.chars, "files": file_checksums(tmp),

@@ -621,7 +621,7 @@ class VarSiamese:
         """Write the model directory atomically (temporary sibling, then one rename), every file's SHA-256 in
         config.json."""
         self._require()
-        with atomic_directory(path) as tmp:
+        with atomic_directory(path, marker=CONFIG_FILE) as tmp:
             torch.save(self._state(), tmp / WEIGHTS_FILE)
             self.vocab.save(tmp / VOCAB_FILE)
             np.save(tmp / VECTORS_FILE, self.net.words.weight.detach().cpu().numpy().astype(np.float32),
