@@ -6,6 +6,7 @@ from recommender.data import synthetic
 from recommender.errors import InputError
 from recommender.evaluation import crossval as CV
 from recommender.evaluation import metrics as M
+from recommender.model.bundle import TicketModel
 
 
 def test_folds_are_disjoint_by_query_cover_all_and_are_seeded():
@@ -108,6 +109,10 @@ def test_tiny_cross_validation_end_to_end(tmp_path):
     md = (out / "report.md").read_text()
     assert "## Verdict" in md and "Selected weights per fold" in md and results["command"] in md
     assert len(list((out / "predictions").glob("fold*/*.rerank.pred"))) == 9
+    # each fold's saved model is the one evaluated: the weights its selection chose
+    for fold, h in enumerate(trained["weights"]["h"]["values"]):
+        saved = TicketModel.load(out / "models" / f"fold{fold}-{CV.slug(trained['name'])}")
+        assert saved.metric_spec()["channels"]["h"] == pytest.approx(h)
 
 
 def test_cli_cv_rejects_a_single_fold(tmp_path):

@@ -251,6 +251,8 @@ def run_fold(pooled: Dataset, spec: FoldSpec) -> dict:
                 models[cfg.name] = copy.deepcopy(model)
             if cfg.select:
                 selection = select_weights(model, sel_data, train_all, cfg.select, spec.margin)
+                # the fold's model as it is evaluated: its selected weights and refitted calibrator, not training's
+                model.save(out / "models" / f"fold{spec.fold}-{slug(cfg.name)}")
             system = ModelSystem(model, test, spec.candidates)
         metrics, rr, kb = _evaluate_system(system, test, 10, False)
         rr.write(out / "predictions" / f"fold{spec.fold}", slug(cfg.name))
