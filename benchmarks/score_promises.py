@@ -4,11 +4,12 @@ Issue 12 promises that a ticket pasted as its own query comes first and scores >
 an off-topic query scores <= 2.5. This serves MODEL over the knowledge base exactly as `ticketrec serve` would
 (`EngineRanker`: a store, an index built with the model, the engine's candidates and scoring, calibration) and
 asks it (a) the first N tickets pasted whole (subject and description; the ticket stays in the knowledge base)
-and (b) a few queries from other help desks' domains (printers, VPN, payroll, turbines). With duplicate links (the
-SeaMonkey ones by default; `--links ""`: none) it also gives (c) what the scores say of real matches: each ticket of
-a link asks for its partner (the knowledge base minus itself, as `ticketrec evaluate --duplicates` ranks), and the
-partner's score and raw similarity g are summarised over the queries that find it in the top 10. The raw g beside
-each off-topic query's best score shows where it falls among the partners'.
+and (b) a few queries from other help desks' domains (printers, VPN, payroll, turbines), each with its description
+and as its subject alone. With duplicate links (the SeaMonkey ones by default; `--links ""`: none) it also gives
+(c) what the scores say of real matches: each ticket of a link asks for its partner (the knowledge base minus
+itself, as `ticketrec evaluate --duplicates` ranks), and the partner's score and raw similarity g are summarised
+over the queries that find it in the top 10. The raw g beside each off-topic query's best score shows where it
+falls among the partners'.
 
     .venv/bin/python benchmarks/score_promises.py --model M [--kb ../shared/data/seamonkey/SeaMonkey_bugs.csv]
         [--links ../shared/data/seamonkey/SeaMonkey_bugs-combined.csv] [--pasted 100]
@@ -46,7 +47,6 @@ def main() -> None:
     ap.add_argument("--pasted", type=int, default=100, help="how many tickets (the first ones) to paste")
     args = ap.parse_args()
 
-    from recommender.data.records import Query
     from recommender.evaluation.duplicates import EngineRanker
     from recommender.model.bundle import TicketModel
 
@@ -67,15 +67,24 @@ def main() -> None:
               f"{own_scores.min():.2f} / {np.median(own_scores):.2f} | {tied} |\n")
         print("| off-topic query | best score | its raw g | best result | its score's shares | top 10: scores |")
         print("|---|---|---|---|---|---|")
-        for subject, description in OFF_TOPIC:
-            top = engine.recommend(Query(subject, description), k=10)
+        for query in off_topic_queries():
+            top = engine.recommend(query, k=10)
             best = top[0]
             shares = ", ".join(f"{k} {100 * v:.0f} %" for k, v in best.channel_shares.items())
             scores = " ".join(f"{r.score:.2f}" for r in top)
-            print(f"| {subject} | {best.score:.2f} | {best.raw_score:.3f} | {best.ticket.subject[:50]} | {shares} | "
+            asked = query.subject if query.description else f"{query.subject} (subject alone)"
+            print(f"| {asked} | {best.score:.2f} | {best.raw_score:.3f} | {best.ticket.subject[:50]} | {shares} | "
                   f"{scores}{' (a tie)' if shows_a_tie(top) else ''} |")
         if args.links:
             partners(ranker, model, tickets, args.links)
+
+
+def off_topic_queries() -> list:
+    """Each of `OFF_TOPIC` with its description, then each as its subject alone (engineers type a subject alone too,
+    as the issue's own "printer jammed" was typed)."""
+    from recommender.data.records import Query
+
+    return [Query(s, d) for s, d in OFF_TOPIC] + [Query(s, "") for s, _ in OFF_TOPIC]
 
 
 def knowledge_base_tickets(path: str) -> list:

@@ -87,6 +87,34 @@ def test_prefiltered_answers_score_only_bm25_candidates(served, model, tiny_mode
         assert r.bm25 == pytest.approx(bm25[r.ticket.id], rel=1e-6)
 
 
+def a_word_of_one_ticket(tickets) -> str:
+    """A word of some ticket's subject that no other ticket shares (by BM25's analysis)."""
+    from recommender.lexical.bm25 import Bm25Scorer
+
+    scorer = Bm25Scorer(tickets)
+    return next(w for t in tickets for w in content_words(tokenize(t.subject))
+                if int((scorer.scores(w) > 0).sum()) == 1)
+
+
+def test_a_query_few_tickets_share_a_word_with_is_ranked_over_every_ticket(served, model, tiny_model):
+    """When fewer tickets than the results asked for share a word with the query, every ticket is scored (those
+    sharing none at lexical 0): the query gets its k results, ranked as with K = 0; one result asked for is the
+    BM25 candidate's, as before."""
+    from recommender.serving.engine import weighs_dense
+
+    settings, store, _ = served
+    query = Query(a_word_of_one_ticket(store.get_tickets(store.ticket_ids())), "")
+    assert weighs_dense(model.metric_spec())
+    few = Recommender(settings, store=store, model=model).recommend(query, k=5)
+    every = Recommender(settings.replace(candidates=0), store=store, model=model).recommend(query, k=5)
+    assert len(few) == 5 and few.info.candidates is None
+    assert [r.ticket.id for r in few] == [r.ticket.id for r in every]
+    np.testing.assert_allclose([r.raw_score for r in few], [r.raw_score for r in every], atol=1e-6)
+    assert sorted(r.bm25 > 0 for r in few) == [False] * 4 + [True]
+    one = Recommender(settings, store=store, model=model).recommend(query, k=1)
+    assert one.info.candidates == 1 and one[0].bm25 > 0
+
+
 def test_a_model_that_keeps_bm25_alone_is_served_by_bm25(tmp_path, tiny_model):
     """The label-free weight selection may give every channel weight 0 and keep BM25 (a knowledge base where no
     dense channel ranks its held-out queries better): such a model is indexed, ranks as BM25 does and says so."""
@@ -111,6 +139,9 @@ def test_a_model_that_keeps_bm25_alone_is_served_by_bm25(tmp_path, tiny_model):
         np.testing.assert_allclose([r.raw_score for r in results], [np.exp(-(1 - s / hits[0][1])) for _, s in hits],
                                    atol=1e-6)
         assert results[0].channel_shares == {"bm25": 1.0}
+        # nothing but BM25 to rank by: a word of one ticket gets that ticket alone, not tickets sharing no word
+        rare = engine.recommend(Query(a_word_of_one_ticket(tiny_model[1].tickets), ""), k=5)
+        assert len(rare) == 1 and rare.info.candidates == 1
     finally:
         store.close()
 

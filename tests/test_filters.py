@@ -179,6 +179,26 @@ def test_with_k_candidates_a_filter_takes_the_k_best_by_bm25_among_the_tickets_t
     np.testing.assert_allclose([r.raw_score for r in got], g[best], atol=1e-5)
 
 
+def test_with_k_candidates_a_filtered_query_few_passing_tickets_share_a_word_with_ranks_every_passing_one(
+        served, tiny_ticket_model):
+    """Fewer tickets that pass than the results asked for share a word with the query: every passing ticket is
+    scored, ranked as with K = 0 (`engine.scores_every_ticket`, as without a filter)."""
+    from test_engine import a_word_of_one_ticket
+
+    settings, store = served
+    tickets = store.get_tickets(store.ticket_ids())
+    word = a_word_of_one_ticket(tickets)
+    owner = next(t for t in tickets if word in t.subject.lower())
+    where = TicketFilter.equal({"subsystem": owner.metadata["subsystem"]})
+    query = Query(word, "")
+    few = Recommender(settings.replace(candidates=6), store=store, model=tiny_ticket_model).recommend(
+        query, k=4, where=where)
+    every = Recommender(settings, store=store, model=tiny_ticket_model).recommend(query, k=4, where=where)
+    assert len(few) == 4 and few.info.candidates == sum(where.matches(t.metadata) for t in tickets)
+    assert [(r.ticket.id, round(r.raw_score, 6)) for r in few] == [(r.ticket.id, round(r.raw_score, 6)) for r in every]
+    assert owner.id in {r.ticket.id for r in few}
+
+
 def test_a_filter_reads_the_store_as_it_is_now(served, tiny_model, tiny_ticket_model, monkeypatch):
     """A ticket whose metadata changes after the index was built is filtered by what the store holds now: each
     result's metadata is checked as fetched, and the engine reads every ticket's again when the store changed."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from score_promises import knowledge_base_tickets, shows_a_tie
+from score_promises import OFF_TOPIC, knowledge_base_tickets, off_topic_queries, shows_a_tie
 
 
 def test_a_tie_is_two_results_showing_the_same_score_at_two_decimals():
@@ -30,3 +30,9 @@ def test_a_csv_knowledge_base_is_read_with_seamonkeys_columns(tmp_path):
     path.write_text("Summary,Issue id,Description\nCrash on start,101,It crashes.\n", encoding="utf-8")
     assert [(t.id, t.subject, t.description) for t in knowledge_base_tickets(str(path))] == [
         ("101", "Crash on start", "It crashes.")]
+
+
+def test_each_off_topic_query_is_asked_with_its_description_and_as_its_subject_alone():
+    queries = off_topic_queries()
+    assert [(q.subject, q.description) for q in queries] == (
+        [(s, d) for s, d in OFF_TOPIC] + [(s, "") for s, _ in OFF_TOPIC])

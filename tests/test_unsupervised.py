@@ -565,6 +565,7 @@ def _serving_engine(home, model_dir):
 
 def _off_topic_scores_low_and_results_never_tie(engine, tickets) -> None:
     assert engine.recommend(OFF_TOPIC, k=10)[0].score <= 2.5
+    assert engine.recommend(Query(OFF_TOPIC.subject, ""), k=10)[0].score <= 2.5  # engineers also type a subject alone
     scores = [r.score for r in engine.recommend(Query(tickets[0].subject, ""), k=10)]
     assert len(set(np.round(scores, 6))) == len(scores)  # ties broken by raw score
 

@@ -307,7 +307,7 @@ class EngineRanker:
         if k_candidates > 0:  # one more candidate than K: the query ticket itself is dropped below
             engine.settings = self.settings.replace(candidates=k_candidates + 1)
         try:
-            rows, bm25 = engine.candidates(q, index)
+            rows, bm25 = engine.candidates(q, index, least=n + 1)  # n results besides the query's own ticket
         finally:
             engine.settings = self.settings
         own = index.row_of.get(query.id)

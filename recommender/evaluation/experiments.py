@@ -229,12 +229,14 @@ class ModelSystem:
                                       every[rows].astype(np.float32), bm25_max=float(every.max(initial=0.0)))
 
     def retrieve(self, query: Query, k: int):
-        """The engine's answer: the top K by BM25 (all tickets when K = 0), or every ticket with lexical 0 when
-        none shares a word with the query."""
+        """The engine's answer: the top K by BM25 (all tickets when K = 0), or every ticket, those sharing no word
+        with the query at lexical 0, when fewer than k share one (`engine.scores_every_ticket`)."""
+        from ..serving.engine import scores_every_ticket, weighs_dense
+
         n = len(self.ticket_ids)
         rows, scores = self._scorer.top_k(query_text(query), self.candidates if self.candidates > 0 else n)
         bm25 = scores.astype(np.float32) if self._uses_bm25() else None
-        if self.candidates <= 0 or rows.size == 0:  # the whole knowledge base
+        if self.candidates <= 0 or scores_every_ticket(rows.size, k, self.candidates, weighs_dense(self.spec)):
             dense = np.zeros(n, np.float32)
             dense[rows] = scores
             rows, bm25 = np.arange(n, dtype=np.int64), dense if self._uses_bm25() else None
@@ -247,7 +249,7 @@ class ModelSystem:
 class EncoderSystem:
     """A standalone Siamese network of issue 13 over one split (`encode_tickets`, `encode_queries`, `similarity`):
     tickets encoded once, each query once, the network's own score over the BM25 top K candidates (every ticket
-    when K = 0 or none shares a word); raw scores calibrated by `calibrator` (isotonic, fitted on the training
+    when K = 0 or fewer than the results asked for share a word); raw scores calibrated by `calibrator` (isotonic, fitted on the training
     split) when given."""
 
     def __init__(self, encoder, split: Split, candidates: int, calibrator=None):
@@ -263,9 +265,11 @@ class EncoderSystem:
         return np.asarray(self.encoder.similarity(self.query_vecs[query.id], self.ticket_vecs[rows]), np.float64)
 
     def retrieve(self, query: Query, k: int):
+        from ..serving.engine import scores_every_ticket
+
         n = len(self.ticket_ids)
         rows, _ = self.split.searcher.scorer.top_k(query_text(query), self.candidates if self.candidates > 0 else n)
-        if self.candidates <= 0 or rows.size == 0:
+        if self.candidates <= 0 or scores_every_ticket(rows.size, k, self.candidates, dense=True):
             rows = np.arange(n, dtype=np.int64)
         g = np.asarray(self.encoder.similarity(self.query_vecs[query.id], self.ticket_vecs[rows]), np.float64)
         order = np.argsort(-g, kind="stable")[:k]

@@ -264,9 +264,9 @@ class Recommender:
         t1 = time.perf_counter()
         bm25_max = None
         if where is None:
-            rows, bm25 = self.candidates(query, index)
+            rows, bm25 = self.candidates(query, index, least=k)
         else:
-            rows, bm25, bm25_max = self.filtered_candidates(query, index, where)
+            rows, bm25, bm25_max = self.filtered_candidates(query, index, where, least=k)
         timings["prefilter"] = time.perf_counter() - t1
 
         best, tickets, mode, reason = self._best_stored(index, query_vecs, k, rows, bm25, timings, where, bm25_max)
@@ -315,14 +315,16 @@ class Recommender:
         timings["score"], timings["tickets"] = scored, fetched
         return stored[:k], tickets, mode, reason
 
-    def candidates(self, query: Query, index) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def candidates(self, query: Query, index, least: int = 1) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(candidate rows, their BM25) from the searcher face; rows None = score the whole index, with `bm25`
         then None (no lexical term) or one score per index row.
 
         K = settings.candidates. The lexical feature is bm25 / the query's maximum over the index (`lexical.bm25`):
         the top K always holds that maximum. K = 0 scores every ticket, so when the model weighs BM25 every
-        ticket's BM25 is computed too. When no ticket shares a word, the whole index is scored with lexical 0;
-        when the searcher's server is down, it is scored without the lexical term (logged).
+        ticket's BM25 is computed too. When fewer than `least` tickets share a word with the query (none, by
+        default; `recommend` asks for as many as the results it returns), the whole index is scored, every ticket
+        that shares none with lexical 0 (`scores_every_ticket`); when the searcher's server is down, it is scored
+        without the lexical term (logged).
         """
         k = self.settings.candidates
         exhaustive = k <= 0
@@ -338,8 +340,12 @@ class Recommender:
         except ServiceUnavailable as exc:
             log.warning("BM25 searcher unavailable (%s); scoring the whole index", exc)
             return None, None
-        if rows.size == 0:  # no ticket shares a word: every ticket, with lexical 0
-            return None, (np.zeros(len(index), np.float32) if lexical else None)
+        if scores_every_ticket(rows.size, least, k, weighs_dense(index.metric_spec)):
+            if not lexical:
+                return None, None
+            every = np.zeros(len(index), np.float32)  # fewer than K share a word: the rows hold all of them
+            every[rows] = scores
+            return None, every
         return rows, scores.astype(np.float32)
 
     def metadata_table(self, index) -> MetadataTable:
@@ -385,12 +391,13 @@ class Recommender:
             unindexed = frozenset(tid for tid in unindexed if tid in present)
         return table.with_rows(rows.items()), unindexed | new
 
-    def filtered_candidates(self, query: Query, index, where: TicketFilter) -> tuple[np.ndarray, np.ndarray | None,
-                                                                                         float | None]:
+    def filtered_candidates(self, query: Query, index, where: TicketFilter, least: int = 1
+                            ) -> tuple[np.ndarray, np.ndarray | None, float | None]:
         """`candidates` among the tickets `where` keeps: (rows, their BM25, the query's BM25 maximum over the whole
-        index). The K best by BM25 of those sharing a word with the query (all of them when none does, or K = 0);
-        the maximum is the one the unfiltered ranking normalises by, so a ticket scores the same with a filter as
-        without. InputError for a filter on a field no ticket has (`MetadataTable.mask`)."""
+        index). The K best by BM25 of those sharing a word with the query (all of them when fewer than `least`
+        do, as `candidates` decides, or K = 0); the maximum is the one the unfiltered ranking normalises by, so a
+        ticket scores the same with a filter as without. InputError for a filter on a field no ticket has
+        (`MetadataTable.mask`)."""
         from .scoring import top_k
 
         allowed = np.flatnonzero(self.metadata_table(index).mask(where)).astype(np.int64)
@@ -404,8 +411,8 @@ class Recommender:
             log.warning("BM25 searcher unavailable (%s); scoring the filtered tickets without it", exc)
             return allowed, None, None
         scores, top = dense[allowed], float(dense.max(initial=0.0))
-        if k > 0 and (scores > 0).any():
-            sharing = np.flatnonzero(scores > 0)
+        sharing = np.flatnonzero(scores > 0)
+        if k > 0 and not scores_every_ticket(sharing.size, least, k, weighs_dense(index.metric_spec)):
             best = sharing[top_k(scores[sharing], k)]
             return allowed[best], scores[best], top
         return allowed, scores if lexical else None, top
@@ -436,6 +443,20 @@ class Recommender:
                     self.breaker.success()
                     return best, "celery", None
         return score_in_process(index, query_vecs, k, rows, bm25, bm25_max), "in-process", reason
+
+
+def scores_every_ticket(sharing: int, least: int, k: int, dense: bool) -> bool:
+    """Whether a query that `sharing` tickets share a word with is scored against every ticket rather than its BM25
+    top K: when none does, or when fewer than `least` (the results asked for) and fewer than K do and the metric
+    weighs a `dense` channel, which can rank the others. A short query in words that few tickets use (on SeaMonkey
+    "spellchecker dictionary": 6 tickets) then still gets its results, the others found by meaning (term
+    mismatch); a model of BM25 alone has nothing to rank them by."""
+    return sharing == 0 or (dense and sharing < least and sharing < k)
+
+
+def weighs_dense(spec: dict) -> bool:
+    """Whether the metric `spec` weighs a channel besides BM25 above 0."""
+    return any(float(w) > 0 for w in spec.get("channels", {}).values())
 
 
 def weighs_bm25(index) -> bool:
