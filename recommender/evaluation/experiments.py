@@ -249,8 +249,8 @@ class ModelSystem:
 class EncoderSystem:
     """A standalone Siamese network of issue 13 over one split (`encode_tickets`, `encode_queries`, `similarity`):
     tickets encoded once, each query once, the network's own score over the BM25 top K candidates (every ticket
-    when K = 0 or fewer than the results asked for share a word); raw scores calibrated by `calibrator` (isotonic, fitted on the training
-    split) when given."""
+    when K = 0 or fewer than the results asked for share a word); raw scores calibrated by `calibrator`
+    (isotonic, fitted on the training split) when given."""
 
     def __init__(self, encoder, split: Split, candidates: int, calibrator=None):
         self.encoder, self.split, self.candidates, self.calibrate = encoder, split, candidates, calibrator
