@@ -256,6 +256,16 @@ def stop_process(proc: subprocess.Popen, timeout: float = 30.0) -> None:
         proc.wait()
 
 
+def a_word_of_one_ticket(tickets) -> str:
+    """A word of some ticket's subject that no other ticket shares (by BM25's analysis)."""
+    from recommender.lexical.analyzer import content_words, tokenize
+    from recommender.lexical.bm25 import Bm25Scorer
+
+    scorer = Bm25Scorer(tickets)
+    return next(w for t in tickets for w in content_words(tokenize(t.subject))
+                if int((scorer.scores(w) > 0).sum()) == 1)
+
+
 def free_port() -> int:
     """A TCP port nothing listens on (now) on 127.0.0.1."""
     import socket

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import free_port
+from conftest import a_word_of_one_ticket, free_port
 
 from recommender.cli import main
 from recommender.config import Settings
@@ -85,15 +85,6 @@ def test_prefiltered_answers_score_only_bm25_candidates(served, model, tiny_mode
     np.testing.assert_allclose([r.raw_score for r in results], g[best], atol=1e-5)
     for r in results:
         assert r.bm25 == pytest.approx(bm25[r.ticket.id], rel=1e-6)
-
-
-def a_word_of_one_ticket(tickets) -> str:
-    """A word of some ticket's subject that no other ticket shares (by BM25's analysis)."""
-    from recommender.lexical.bm25 import Bm25Scorer
-
-    scorer = Bm25Scorer(tickets)
-    return next(w for t in tickets for w in content_words(tokenize(t.subject))
-                if int((scorer.scores(w) > 0).sum()) == 1)
 
 
 def test_a_query_few_tickets_share_a_word_with_is_ranked_over_every_ticket(served, model, tiny_model):

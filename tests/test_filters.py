@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from conftest import a_word_of_one_ticket
 from recommender.cli import main
 from recommender.config import Settings
 from recommender.data.filters import MetadataTable, TicketFilter, parse_condition, parse_filter
@@ -183,8 +184,6 @@ def test_with_k_candidates_a_filtered_query_few_passing_tickets_share_a_word_wit
         served, tiny_ticket_model):
     """Fewer tickets that pass than the results asked for share a word with the query: every passing ticket is
     scored, ranked as with K = 0 (`engine.scores_every_ticket`, as without a filter)."""
-    from test_engine import a_word_of_one_ticket
-
     settings, store = served
     tickets = store.get_tickets(store.ticket_ids())
     word = a_word_of_one_ticket(tickets)
