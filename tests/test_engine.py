@@ -229,6 +229,9 @@ def test_shared_terms_are_the_words_bm25_matches_by_stem_each_stem_once():
     assert shared_terms(q, t) == ["crash", "attaching", "files", "mozilla/5.0"]  # not "crashes", "attach"
     # a word of several terms is shared whole, not by terms the ticket has apart; nor is a longer word's stem
     assert shared_terms(q, Ticket("y", "windowsill", "mozilla 5 0", "")) == []
+    # a word of one term is shared with that term inside a longer word, which BM25 matches too (a path, a URL)
+    log = Ticket("z", "spell check broken", "error: /usr/lib/seamonkey/dictionaries/en-US.aff: cannot open", "")
+    assert shared_terms(Query("spellchecker dictionary", ""), log) == ["dictionary"]
 
 
 def test_weighted_shared_terms_leave_out_words_in_half_the_tickets_and_come_rarest_first():

@@ -46,7 +46,9 @@ def query_words(query: Query) -> list[str]:
 def shared_terms(query: Query | list[str], ticket: Ticket, word_idf: Callable[[str], float] | None = None) -> list[str]:
     """Content words of the query (or its `query_words`) that the ticket holds too, as BM25 matches words: by the
     stems of their terms (`stem_key`: the query's "attaching" is shared with a ticket's "attachments", "mozilla/5.0"
-    only with a word of the same three terms), in the query's order, each stem key once, in the query's first form.
+    only with a word of the same three terms, and a word of one term also with that term inside a longer word, as
+    "dictionary" with ".../dictionaries/en-US.aff"), in the query's order, each stem key once, in the query's first
+    form.
 
     With `word_idf` (a word's IDF in the knowledge base: `Bm25Postings.word_idf`) only the words that tell tickets
     apart, rarest first (ties in the query's order): a word in half the tickets or more, which BM25 weighs at its
@@ -54,11 +56,12 @@ def shared_terms(query: Query | list[str], ticket: Ticket, word_idf: Callable[[s
     """
     words = query_words(query) if isinstance(query, Query) else query
     ticket_keys = {stem_key(match.group(0)) for match in word_spans(ticket_text(ticket))}
+    inside = {(term,) for key in ticket_keys if len(key) > 1 for term in key}  # the terms of longer words
     seen: set[tuple[str, ...]] = set()
     out = []
     for word in words:
         key = stem_key(word)
-        if key and key not in seen and key in ticket_keys:
+        if key and key not in seen and (key in ticket_keys or key in inside):
             seen.add(key)
             out.append(word)
     if word_idf is None:
