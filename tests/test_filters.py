@@ -14,6 +14,7 @@ from recommender.data.filters import MetadataTable, TicketFilter, parse_conditio
 from recommender.data.records import Query, Ticket
 from recommender.data.store import Dataset, Store
 from recommender.errors import InputError
+from recommender.lexical.analyzer import content_words, tokenize
 from recommender.serving.engine import Recommender
 from recommender.serving.index_build import build_index
 
@@ -187,7 +188,7 @@ def test_with_k_candidates_a_filtered_query_few_passing_tickets_share_a_word_wit
     settings, store = served
     tickets = store.get_tickets(store.ticket_ids())
     word = a_word_of_one_ticket(tickets)
-    owner = next(t for t in tickets if word in t.subject.lower())
+    owner = next(t for t in tickets if word in content_words(tokenize(t.subject)))
     where = TicketFilter.equal({"subsystem": owner.metadata["subsystem"]})
     query = Query(word, "")
     few = Recommender(settings.replace(candidates=6), store=store, model=tiny_ticket_model).recommend(
