@@ -25,6 +25,9 @@ def test_highlight_escapes_text_and_wraps_the_words_bm25_takes_for_a_term():
                    "<mark>VALVE</mark>, valvetrain")  # whole words of the same stem, never a longer word
     assert str(highlight("Mozilla/5.0 (X11) with 5.0 attachments", ["mozilla/5.0", "attaching"])) == (
         "<mark>Mozilla/5.0</mark> (X11) with 5.0 <mark>attachments</mark>")
+    # a term of one word inside a longer one, as it is shared: a path, a URL (a term of several words is not)
+    assert str(highlight("error: /usr/lib/Dictionaries/en-US.aff & dictionary-x", ["dictionary", "en-us"])) == (
+        "error: /usr/lib/<mark>Dictionaries</mark>/en-US.aff &amp; <mark>dictionary</mark>-x")
 
 
 def test_highlight_never_matches_inside_an_escape_or_injects_a_term():

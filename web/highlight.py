@@ -5,12 +5,13 @@ from typing import Iterable
 
 from markupsafe import Markup, escape
 
-from recommender.lexical.analyzer import stem_key, word_spans
+from recommender.lexical.analyzer import stem_key, term_spans, word_spans
 
 
 def highlight(text: str, terms: Iterable[str]) -> Markup:
     """`text` as HTML-escaped markup with every word that BM25 takes for one of `terms` wrapped in <mark>: the same
-    stems (`stem_key`), so the query's "attaching" marks "attachments", as the shared terms were found.
+    stems (`stem_key`), so the query's "attaching" marks "attachments", as the shared terms were found; a term of
+    one word also inside a longer word, as it is shared (".../dictionaries/en-US.aff" for "dictionary").
 
     The raw text is split at the matches and each piece is escaped on its own, so neither a term nor the
     text can inject markup, and a term never matches inside an entity such as `&amp;`.
@@ -21,10 +22,21 @@ def highlight(text: str, terms: Iterable[str]) -> Markup:
         return escape(text)
     pieces: list[Markup] = []
     position = 0
-    for match in word_spans(text):
-        if stem_key(match.group(0)) in keys:
-            pieces.append(escape(text[position : match.start()]))
-            pieces.append(Markup("<mark>%s</mark>") % match.group(0))
-            position = match.end()
+    for start, end in _marked(text, keys):
+        pieces.append(escape(text[position:start]))
+        pieces.append(Markup("<mark>%s</mark>") % text[start:end])
+        position = end
     pieces.append(escape(text[position:]))
     return Markup("").join(pieces)
+
+
+def _marked(text: str, keys: set[tuple[str, ...]]) -> Iterable[tuple[int, int]]:
+    """(start, end) of each word of `text` whose stem key is one of `keys`, and of each term inside a longer word
+    whose own key is one of them, in order."""
+    for match in word_spans(text):
+        key = stem_key(match.group(0))
+        if key in keys:
+            yield match.span()
+        elif len(key) > 1 and any((term,) in keys for term in key):
+            yield from ((match.start() + t.start(), match.start() + t.end()) for t in term_spans(match.group(0))
+                        if stem_key(t.group(0)) in keys)

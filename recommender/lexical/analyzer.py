@@ -112,6 +112,11 @@ def term_tokens(text: str) -> list[str]:
     return [t.lower() for t in _TERM.findall(text or "")]
 
 
+def term_spans(text: str) -> Iterator[re.Match]:
+    """The terms of raw `text` as `term_tokens` splits them, each as its match (where it stands in `text`)."""
+    return _TERM.finditer(text or "")
+
+
 def word_spans(text: str) -> Iterator[re.Match]:
     """The words of raw `text` as `tokenize` splits them, each as its match (where it stands in `text`)."""
     return _WORD.finditer(text or "")
