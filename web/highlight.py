@@ -5,7 +5,7 @@ from typing import Iterable
 
 from markupsafe import Markup, escape
 
-from recommender.lexical.analyzer import stem_key, term_spans, word_spans
+from recommender.lexical.analyzer import matched_keys, stem_key, term_spans, word_spans
 
 
 def highlight(text: str, terms: Iterable[str]) -> Markup:
@@ -37,6 +37,6 @@ def _marked(text: str, keys: set[tuple[str, ...]]) -> Iterable[tuple[int, int]]:
         key = stem_key(match.group(0))
         if key in keys:
             yield match.span()
-        elif len(key) > 1 and any((term,) in keys for term in key):
+        elif matched_keys(key) & keys:  # a term of the query's inside this longer word
             yield from ((match.start() + t.start(), match.start() + t.end()) for t in term_spans(match.group(0))
                         if stem_key(t.group(0)) in keys)

@@ -129,6 +129,14 @@ def stem_key(word: str) -> tuple[str, ...]:
     return tuple(fts5_stem(t) for t in term_tokens(word))
 
 
+@lru_cache(maxsize=100_000)
+def matched_keys(key: tuple[str, ...]) -> frozenset[tuple[str, ...]]:
+    """The stem keys of the query words that a text's word of stem key `key` matches, as BM25 matches them: its own,
+    and each of its terms alone when it has several ("dictionary" inside ".../dictionaries/en-US.aff"); a query word
+    of several terms ("mozilla/5.0") matches only a word of the same terms."""
+    return frozenset([key, *((term,) for term in key)]) if len(key) > 1 else frozenset([key])
+
+
 def query_terms(text: str) -> Counter:
     """Lower-cased word terms of `text` with their counts, stop words removed, in first-occurrence order.
 

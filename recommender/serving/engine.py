@@ -25,7 +25,7 @@ from ..config import Settings
 from ..errors import IndexStateError, InputError, ServiceUnavailable
 from ..data.filters import MetadataTable, TicketFilter
 from ..data.records import Query, Recommendation, Ticket, query_text, ticket_text
-from ..lexical.analyzer import content_words, stem_key, tokenize, word_spans
+from ..lexical.analyzer import content_words, matched_keys, stem_key, tokenize, word_spans
 from ..lexical.bm25 import MIN_IDF
 from .distributed import CircuitBreaker
 
@@ -55,13 +55,12 @@ def shared_terms(query: Query | list[str], ticket: Ticket, word_idf: Callable[[s
     floor (a form's "steps to reproduce", the product's own name), says nothing about why this ticket came up.
     """
     words = query_words(query) if isinstance(query, Query) else query
-    ticket_keys = {stem_key(match.group(0)) for match in word_spans(ticket_text(ticket))}
-    inside = {(term,) for key in ticket_keys if len(key) > 1 for term in key}  # the terms of longer words
+    ticket_keys = set().union(*(matched_keys(stem_key(match.group(0))) for match in word_spans(ticket_text(ticket))))
     seen: set[tuple[str, ...]] = set()
     out = []
     for word in words:
         key = stem_key(word)
-        if key and key not in seen and (key in ticket_keys or key in inside):
+        if key and key not in seen and key in ticket_keys:
             seen.add(key)
             out.append(word)
     if word_idf is None:
