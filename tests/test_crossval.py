@@ -125,3 +125,38 @@ def test_cli_cv_rejects_a_single_fold(tmp_path):
                                        "--out", str(tmp_path / "cv"), "--jobs", "1"])
     assert result.exit_code != 0
     assert "at least 2 folds" in (result.output + str(result.exception))
+
+
+def test_the_default_recipe_is_cross_validated_on_the_training_folds_alone(tmp_path):
+    from recommender.data.importers import load
+    from recommender.model.mining import require_minable
+
+    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    synthetic.write_jsonl(synthetic.generate(n_tickets=80, n_queries=12, seed=1), train)
+    synthetic.write_jsonl(synthetic.generate(n_tickets=60, n_queries=9, seed=2), dev)
+    tiny = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 5, "topic_vocab": 200,
+            "topic_epochs": 1, "epochs": 1, "w2v_epochs": 1, "min_count": 1}
+    paper = {"channels": {"h": 0.7, "E": 0.1, "T": 0.2}}  # the recipe without S: no MiniLM in a unit test
+    configs = [CV.CvConfig(CV.BM25_NAME, "bm25", kind="bm25"),
+               CV.CvConfig(CV.ZERO_SHOT_NAME, "E only, untrained", preset="e_ml"),
+               CV.CvConfig("with labels", "mined + labelled", kind="mined", labels=True, trained=True, overrides=paper),
+               CV.CvConfig("labels dropped", "mined only", kind="mined", trained=True, overrides=paper)]
+    out = tmp_path / "cv"
+    results = CV.run_cv(train, dev, out, k=3, candidates=20, configs=configs, overrides=tiny, n_boot=200, progress=False)
+    pooled = CV.pool_datasets([("train", load(train)), ("dev", load(dev))])
+    folds = CV.query_folds([p.query_id for p in pooled.pairs], 3, seed=0)
+    rows = {r["name"]: r for r in results["rows"]}
+    for name, labels in (("with labels", True), ("labels dropped", False)):
+        row = rows[name]
+        assert row["kind"] == "mined" and set(row["vs"]) == {CV.BM25_NAME, CV.ZERO_SHOT_NAME}
+        assert set(row["weights"]) >= {"h", "E", "T", "bm25"}
+        for fold, held_out in enumerate(folds):
+            others = CV.subset(pooled, [q for f in folds if f is not held_out for q in f], "others")
+            saved = TicketModel.load(out / "models" / f"fold{fold}-{CV.slug(name)}")
+            report = saved.meta["training"]
+            assert report["mode"] == "label-free"
+            # mined from the other folds' tickets only, with their labelled pairs exactly when asked to
+            assert report["mining"]["minable_tickets"] == require_minable(others.tickets)
+            assert report["labelled_pairs"] == (len(others.pairs) if labels else 0)
+            assert row["weights"]["h"]["values"][fold] == pytest.approx(saved.metric_spec()["channels"]["h"])
+    assert "The default recipe" in (out / "report.md").read_text()

@@ -12,7 +12,11 @@
   uniform (least squared distance of the normalised non-zero weights from 1/m), then the pair weights closest to
   uniform, then the higher MAP. `select="argmax"` is the plain best-MAP rule of the single dev split, for comparison;
 - the held-out fold is its own knowledge base (its queries, their labelled tickets): both protocols run there as
-  on a dev split, the KB one with a smaller knowledge base than the whole dev file.
+  on a dev split, the KB one with a smaller knowledge base than the whole dev file;
+- **the product's default recipe** (`ticketrec train`, kind "mined") is cross-validated the same way: trained on the
+  other folds' tickets (pairs mined from them, S adapted to them, weights selected on their mined held-out slice),
+  with the other folds' labelled pairs added as `ticketrec train --train` adds them, or without them (labels
+  dropped: what a help desk without labels gets); the held-out fold's tickets and queries never reach it.
 
 Every query is measured exactly once, by the model of the fold that held it out; the headline figures are means
 over all queries, with the fold-to-fold spread, and paired-bootstrap 95 % intervals (queries resampled) of the
@@ -50,17 +54,24 @@ class CvConfig:
 
     name: str
     description: str
-    kind: str = "model"  # "bm25" | "model"
+    kind: str = "model"  # "bm25" | "model" | "mined" (the label-free recipe of `ticketrec train`)
     preset: str = ""
     overrides: dict = field(default_factory=dict)
     select: str = ""  # "" (the preset's own weights) | "simplest" | "argmax"
     trained: bool = False  # a baseline is not; the verdict is about trained configurations
     shares_model_with: str = ""  # reuse the model of this config in the same fold (another selection rule)
+    labels: bool = False  # kind "mined": add the training folds' labelled pairs to the mined ones
+
+
+#: The CV rows of the product's default recipe (`ticketrec train`): with the training folds' labelled pairs, and without.
+DEFAULT_WITH_LABELS = "default recipe: mined + labelled pairs"
+DEFAULT_LABELS_DROPPED = "default recipe, labels dropped"
 
 
 def default_configs() -> list[CvConfig]:
-    """BM25, the zero-shot S channel, and the product configuration (h/E/T/S + BM25, wide grid) with the
-    simplicity-prior rule and with the plain argmax rule (the same trained model per fold)."""
+    """BM25, the zero-shot S channel, the labelled configuration (h/E/T/S + BM25, wide grid) with the
+    simplicity-prior rule and with the plain argmax rule (the same trained model per fold), and the product's
+    default recipe (`ticketrec train`: mined pairs, S adapted) with the labelled pairs added and without them."""
     return [
         CvConfig(BM25_NAME, "BM25 over SUB+DESC+SOL (the pre-filter alone)", kind="bm25"),
         CvConfig(ZERO_SHOT_NAME, "pretrained all-MiniLM-L6-v2 on SUB+DESC, Manhattan metric, no training",
@@ -70,6 +81,11 @@ def default_configs() -> list[CvConfig]:
                  preset="default_s", select="simplest", trained=True),
         CvConfig("h/E/T/S + BM25, argmax", "product config, wide grid, best-MAP selection (as the dev grid does)",
                  preset="default_s", select="argmax", trained=True, shares_model_with="h/E/T/S + BM25, simplest within 1 SE"),
+        CvConfig(DEFAULT_WITH_LABELS, "`ticketrec train --train`: pairs mined from the training folds' tickets plus "
+                 "their labelled pairs, S adapted, weights selected on the mined held-out slice",
+                 kind="mined", labels=True, trained=True),
+        CvConfig(DEFAULT_LABELS_DROPPED, "`ticketrec train` without labels: the same recipe on the training folds' "
+                 "tickets alone", kind="mined", trained=True),
     ]
 
 
@@ -237,6 +253,10 @@ def run_fold(pooled: Dataset, spec: FoldSpec) -> dict:
             fit = P.rerank(train_all, BM25System(train_split).score, progress=False)
             cal = Calibrator.fit(np.array([p.raw_score for p in fit.predictions]), np.array([p.label for p in fit.predictions]))
             system = BM25System(test, cal)
+        elif cfg.kind == "mined":
+            model, selection = train_mined(train_all, cfg, spec.overrides, spec.seed,
+                                           out / "models" / f"fold{spec.fold}-{slug(cfg.name)}")
+            system = ModelSystem(model, test, spec.candidates)
         else:
             if cfg.shares_model_with and cfg.shares_model_with in models:
                 model = copy.deepcopy(models[cfg.shares_model_with])
@@ -263,6 +283,23 @@ def run_fold(pooled: Dataset, spec: FoldSpec) -> dict:
                                         for key, pq, proto in HEADLINE}}
     return {"fold": spec.fold, "queries": len(spec.held_out), "tickets": len(test.dataset.tickets),
             "train_queries": len(fit_data.queries), "selection_queries": len(sel_data.queries), "rows": rows}
+
+
+def train_mined(train_all: Dataset, cfg: CvConfig, overrides: dict, seed: int, out_dir: Path) -> tuple[Any, dict]:
+    """The label-free recipe of `ticketrec train` (`label_free_config` with `cfg.overrides` and the run's
+    `overrides`) on the training folds' tickets, their labelled pairs added when `cfg.labels`; saved to `out_dir`.
+    (the model, its selection as the labelled rows record theirs: the weights the mined held-out slice chose)."""
+    from ..model.unsupervised import label_free_config, train_without_labels
+
+    config = label_free_config(**{**cfg.overrides, **overrides})
+    model = train_without_labels(train_all.tickets, config, out_dir, seed=seed,
+                                 labelled=train_all if cfg.labels else None, progress=False)
+    spec = model.metric_spec()
+    weights = dict(spec["channels"]) | ({"bm25": spec["bm25"]} if model.net.use_bm25 else {}) \
+        | {f"{a}|{b}": v for a, b, v in spec["pairs"]}
+    report = model.meta["training"]
+    return model, {"weights": weights, "rule": "mined held-out slice", "mined_tickets": report["mining"]["minable_tickets"],
+                   "labelled_pairs": report["labelled_pairs"]}
 
 
 _WORKER_POOLED: list[Dataset] = []
@@ -294,7 +331,8 @@ def summarise(folds: Sequence[dict], configs: Sequence[CvConfig], n_boot: int = 
 
     for cfg in configs:
         row: dict[str, Any] = {"name": cfg.name, "description": cfg.description, "trained": cfg.trained,
-                               "select": cfg.select, "cv": {}, "folds": {}, "weights": {}, "vs": {}}
+                               "kind": cfg.kind, "labels": cfg.labels, "select": cfg.select, "cv": {}, "folds": {},
+                               "weights": {}, "vs": {}}
         for key, _, _ in HEADLINE:
             per_fold = [f["rows"][cfg.name]["metrics"][key] for f in folds]
             row["cv"][key] = float(values(cfg.name, key).mean())

@@ -396,6 +396,11 @@ def render_cv_markdown(results: dict) -> str:
               f"- **Selection rule** (`simplest`): among the grid combinations whose selection MAP is within {rule}, "
               "the one with the fewest non-zero channels (BM25 counts as one), then the channel weights closest to "
               "uniform, then the pair weights closest to uniform, then the higher MAP. `argmax` is the plain best MAP.",
+              *(["- **The default recipe** (rows of kind `mined`: `ticketrec train`) trains on the other folds' "
+                 "tickets alone: pairs mined from them, S adapted to them, weights selected on their mined held-out "
+                 "slice (not on the selection queries); \"mined + labelled pairs\" adds the other folds' labelled "
+                 "pairs as `ticketrec train --train` does, \"labels dropped\" does not."]
+               if any(r.get("kind") == "mined" for r in rows) else []),
               "- **CV estimate** = mean over all queries; [min–max] ± std = the spread of the per-fold figures.",
               f"- **Δ** = paired difference of the per-query values against a baseline, with its 95 % percentile "
               f"bootstrap interval ({results['bootstrap']} resamples of the queries, seed {results['seed']}).",
