@@ -19,7 +19,8 @@ from .common import column_mapping, echo_json, html_option, main, settings, warn
               help="grid: table5 (every row), core (its key rows), quick, or siamese (issue 13's networks alone)")
 @click.option("--cv", "cv_folds", type=int, default=None, metavar="K",
               help="grid: pool --train and --dev, K-fold cross-validation by query (weights selected on the other "
-                   "folds)")
+                   "folds) of BM25, the zero-shot S channel, the labelled configuration and `ticketrec train`'s "
+                   "default recipe (with the labels and without)")
 @click.option("--jobs", type=int, default=None, help="grid/--cv: worker processes (default: the number of cores)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="report directory, e.g. reports/NAME (required for the grid)")
