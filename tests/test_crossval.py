@@ -84,13 +84,22 @@ def test_paired_bootstrap_difference():
         M.paired_bootstrap_difference([1.0], [1.0, 2.0])
 
 
-def test_tiny_cross_validation_end_to_end(tmp_path):
+#: Tiny model dimensions for the end-to-end CV runs.
+TINY = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 5, "topic_vocab": 200,
+        "topic_epochs": 1, "epochs": 1, "w2v_epochs": 1, "min_count": 1}
+
+
+def _train_and_dev(tmp_path, train_size: tuple[int, int], dev_size: tuple[int, int]):
+    """Two synthetic files (tickets, queries) to pool: (train path, dev path)."""
     train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
-    synthetic.write_jsonl(synthetic.generate(n_tickets=40, n_queries=9, seed=1), train)
-    synthetic.write_jsonl(synthetic.generate(n_tickets=30, n_queries=6, seed=2), dev)
-    tiny = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 5, "topic_vocab": 200,
-            "topic_epochs": 1, "epochs": 1, "w2v_epochs": 1, "min_count": 1,
-            "grid": {"h": [0.0, 0.5], "E": [0.0, 0.5], "bm25": [0.0, 0.3]}}
+    synthetic.write_jsonl(synthetic.generate(n_tickets=train_size[0], n_queries=train_size[1], seed=1), train)
+    synthetic.write_jsonl(synthetic.generate(n_tickets=dev_size[0], n_queries=dev_size[1], seed=2), dev)
+    return train, dev
+
+
+def test_tiny_cross_validation_end_to_end(tmp_path):
+    train, dev = _train_and_dev(tmp_path, (40, 9), (30, 6))
+    tiny = dict(TINY, grid={"h": [0.0, 0.5], "E": [0.0, 0.5], "bm25": [0.0, 0.3]})
     configs = [CV.CvConfig(CV.BM25_NAME, "bm25", kind="bm25"),
                CV.CvConfig(CV.ZERO_SHOT_NAME, "E only, untrained", preset="e_ml"),
                CV.CvConfig("h/E + BM25 simplest", "trained", preset="default", overrides={"channels": {"h": 0.7, "E": 0.3}},
@@ -131,18 +140,14 @@ def test_the_default_recipe_is_cross_validated_on_the_training_folds_alone(tmp_p
     from recommender.data.importers import load
     from recommender.model.mining import require_minable
 
-    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
-    synthetic.write_jsonl(synthetic.generate(n_tickets=80, n_queries=12, seed=1), train)
-    synthetic.write_jsonl(synthetic.generate(n_tickets=60, n_queries=9, seed=2), dev)
-    tiny = {"hidden": 8, "word_dim": 16, "char_dim": 4, "char_hidden": 4, "topics": 5, "topic_vocab": 200,
-            "topic_epochs": 1, "epochs": 1, "w2v_epochs": 1, "min_count": 1}
+    train, dev = _train_and_dev(tmp_path, (80, 12), (60, 9))
     paper = {"channels": {"h": 0.7, "E": 0.1, "T": 0.2}}  # the recipe without S: no MiniLM in a unit test
     configs = [CV.CvConfig(CV.BM25_NAME, "bm25", kind="bm25"),
                CV.CvConfig(CV.ZERO_SHOT_NAME, "E only, untrained", preset="e_ml"),
                CV.CvConfig("with labels", "mined + labelled", kind="mined", labels=True, trained=True, overrides=paper),
                CV.CvConfig("labels dropped", "mined only", kind="mined", trained=True, overrides=paper)]
     out = tmp_path / "cv"
-    results = CV.run_cv(train, dev, out, k=3, candidates=20, configs=configs, overrides=tiny, n_boot=200, progress=False)
+    results = CV.run_cv(train, dev, out, k=3, candidates=20, configs=configs, overrides=TINY, n_boot=200, progress=False)
     pooled = CV.pool_datasets([("train", load(train)), ("dev", load(dev))])
     folds = CV.query_folds([p.query_id for p in pooled.pairs], 3, seed=0)
     rows = {r["name"]: r for r in results["rows"]}
