@@ -297,9 +297,7 @@ def train_mined(train_all: Dataset, cfg: CvConfig, overrides: dict, seed: int, o
     spec = model.metric_spec()
     weights = dict(spec["channels"]) | ({"bm25": spec["bm25"]} if model.net.use_bm25 else {}) \
         | {f"{a}|{b}": v for a, b, v in spec["pairs"]}
-    report = model.meta["training"]
-    return model, {"weights": weights, "rule": "mined held-out slice", "mined_tickets": report["mining"]["minable_tickets"],
-                   "labelled_pairs": report["labelled_pairs"]}
+    return model, {"weights": weights, "rule": "mined held-out slice"}
 
 
 _WORKER_POOLED: list[Dataset] = []

@@ -399,9 +399,9 @@ def render_cv_markdown(results: dict) -> str:
               *(["- **The default recipe** (rows of kind `mined`: `ticketrec train`) trains on the other folds' "
                  "tickets alone: pairs mined from them, S adapted to them, weights selected on their mined held-out "
                  "slice (not on the selection queries); \"mined + labelled pairs\" adds the other folds' labelled "
-                 "pairs as `ticketrec train --train` does, \"labels dropped\" does not. Their BM25 and pair weights are "
-                 "listed as the saved model holds them, rescaled to a mean distance of 1 over the pairs it was calibrated on: compare "
-                 "them within a fold, not with the grid values of the other rows."]
+                 "pairs as `ticketrec train --train` does, \"labels dropped\" does not. Their BM25 and pair weights "
+                 "are listed as the saved model holds them, rescaled to a mean distance of 1 over the pairs it was "
+                 "calibrated on: compare them within a fold, not with the grid values of the other rows."]
                if any(r.get("kind") == "mined" for r in rows) else []),
               "- **CV estimate** = mean over all queries; [min–max] ± std = the spread of the per-fold figures.",
               f"- **Δ** = paired difference of the per-query values against a baseline, with its 95 % percentile "
