@@ -660,6 +660,92 @@ def test_labelled_pairs_are_added_to_the_mined_ones(tmp_path):
     assert report["calibration_pairs"] > 2  # mined and labelled pairs both calibrate
 
 
+def test_with_the_mining_option_the_labels_select_the_channel_weights_and_train_nothing(monkeypatch):
+    """`select_on_labelled`: with enough labelled queries the labels train nothing (the network is the one trained
+    without them), the served channel weights are those that rank their labelled tickets best (the simplest within
+    one standard error), and the served model ranks them as the training report says; with too few queries the
+    labels train as without the option."""
+    import torch
+
+    import recommender.model.unsupervised as unsupervised
+    import recommender.model.weight_selection as weight_selection
+    from recommender.model.siamese import SiameseConfig
+    from recommender.model.training import PairSet, PreparedPairs, lexical_features, mean_average_precision, pair_scores
+
+    data = generate(n_tickets=80, n_queries=40, seed=3)  # 40 queries, each with relevant and non-relevant tickets
+    kb = Dataset(data.tickets, source="kb")
+    config = SiameseConfig().replace(**dict(TINY, epochs=1))
+
+    def train(labelled, select: bool):
+        lines: list[str] = []
+        model = train_without_labels(kb.tickets, config, None, labelled=labelled, progress=False, echo=lines.append,
+                                     mining=MiningConfig(select_on_labelled=select))
+        return model, model.meta["training"], lines
+
+    def same_network(a, b) -> bool:
+        sa, sb = a.net.state_dict(), b.net.state_dict()
+        return all(torch.equal(sa[k], sb[k]) for k in sa if not k.startswith("log_"))  # log_*: the metric weights
+
+    without, _, _ = train(None, False)
+    model, report, lines = train(data, True)
+    selection = report["labelled_selection"]
+    assert report["labelled_use"] == "weight selection" and selection["applied"] and selection["queries"] == 40
+    assert same_network(model, without)
+    assert not any("labelled pairs ×" in line for line in lines)
+    assert any("they select the channel weights and train nothing" in line for line in lines)
+    assert selection["value"] >= selection["best"] - selection["stderr"] - 1e-9
+    served = model.metric_spec()
+    assert served["channels"] == pytest.approx(selection["channels"])
+    pairs = PairSet.from_dataset(data, "labelled")
+    prepared = PreparedPairs.of(model, pairs, lexical_features(pairs, Bm25Scorer(kb.tickets)))
+    assert mean_average_precision(pairs.q, pair_scores(model, prepared), pairs.y) == pytest.approx(selection["value"])
+    pair_weights = [np.array([v for *_, v in m.metric_spec()["pairs"]]) for m in (model, without)]
+    np.testing.assert_allclose(*[w / w.sum() for w in pair_weights], rtol=1e-5)  # the mined slice's, rescaled alike
+
+    trained, plain_report, _ = train(data, False)
+    assert plain_report["labelled_use"] == "training" and plain_report["labelled_selection"] is None
+    assert not same_network(trained, without)
+    monkeypatch.setattr(weight_selection, "MIN_LABELLED_QUERIES", 41)
+    monkeypatch.setattr(unsupervised, "MIN_LABELLED_QUERIES", 41)
+    too_few, report, lines = train(data, True)
+    assert report["labelled_use"] == "training" and report["labelled_selection"] is None
+    assert same_network(too_few, trained) and too_few.metric_spec() == trained.metric_spec()
+    assert any("too few to select the channel weights (41 needed), added to the mined pairs" in line for line in lines)
+
+
+def test_the_labelled_selection_finds_the_channel_the_labels_follow(label_free):
+    """Labels that follow one channel (each query's three nearest tickets by the topics T marked relevant) re-select
+    T alone, and the model then ranks every query's labelled tickets perfectly; the pair weights stay."""
+    from recommender.model.training import (PairSet, PreparedPairs, lexical_features, mean_average_precision,
+                                            pair_distances, pair_scores)
+    from recommender.model.weight_selection import select_on_labelled
+
+    _, model_dir, tickets, _ = label_free
+    model = TicketModel.load(model_dir)
+    before = model.metric_spec()
+    queries = [Query(t.subject, t.description, id=f"q{i}") for i, t in enumerate(tickets[:35])]
+    q = np.repeat(np.arange(35), 8)
+    t = np.array([(i + 1 + j * 9) % len(tickets) for i in range(35) for j in range(8)])
+    pairs = PairSet(queries, list(tickets), q, t, np.ones(len(q)))
+    prepared = PreparedPairs.of(model, pairs, lexical_features(pairs, Bm25Scorer(tickets)))
+    topic = list(model.net.channel_names).index("T")
+    d_t = pair_distances(model, prepared.queries, prepared.tickets, pairs)[:, :, topic] @ np.array(
+        [v for *_, v in before["pairs"]])
+    nearest = np.argsort(d_t.reshape(35, 8), axis=1, kind="stable")[:, :3]
+    labels = np.ones((35, 8))
+    np.put_along_axis(labels, nearest, 5.0, axis=1)
+    pairs.y = labels.ravel()
+    assert mean_average_precision(pairs.q, pair_scores(model, prepared), pairs.y) < 99.0  # not what the model ranks
+
+    report = select_on_labelled(model, prepared, 3.0)
+    assert report["applied"] and report["queries"] == 35
+    chosen = model.metric_spec()
+    assert {c for c, w in chosen["channels"].items() if w > 0} == {"T"} and chosen["bm25"] == 0
+    assert chosen["pairs"] == before["pairs"]
+    assert report["value"] == pytest.approx(100.0)
+    assert mean_average_precision(pairs.q, pair_scores(model, prepared), pairs.y) == pytest.approx(100.0)
+
+
 def test_the_lstm_trains_on_every_mined_pair_up_to_the_cap_and_on_whole_queries_beyond_it():
     mined = mine_pairs(generate(n_tickets=80, n_queries=0, seed=5).tickets, MiningConfig(), seed=0)
     from recommender.model.training import PairSet

@@ -234,13 +234,16 @@ def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vect
     if not tickets:
         raise InputError(f"the knowledge base ({settings().db}) has no tickets to learn from; import them first "
                          "(ticketrec import FILE), or give labelled pairs with --train FILE")
-    require_minable(tickets, MiningConfig.from_dict(mining))  # as train_without_labels will; before S loads
+    options = MiningConfig.from_dict(mining)
+    require_minable(tickets, options)  # as train_without_labels will; before S loads
     warn_if_not_english(tickets)
     prepare_encoder()
     extra = merge(*labelled) if labelled else None
     if extra is not None:
-        click.echo(f"adding {len(extra.pairs)} labelled pairs (--train files, the store's pairs, feedback) to the "
-                   "mined pairs", err=True)
+        use = ("to select the channel weights (the mining option select_on_labelled; training says whether they can)"
+               if options.select_on_labelled else "to the mined pairs")
+        click.echo(f"adding {len(extra.pairs)} labelled pairs (--train files, the store's pairs, feedback) {use}",
+                   err=True)
     click.echo(f"label-free training on {len(tickets)} tickets ...", err=True)
     model = train_without_labels(tickets, config, out_dir, seed=seed, labelled=extra, mining=mining,
                                  word_vectors=word_vectors, progress=True,

@@ -91,9 +91,16 @@ class MiningConfig(SavedConfig):
     # help desk that knows whether its problems recur (the automatic switch misjudges clusters of about fifteen
     # tickets: docs/internals.md, "Kept: the band left out where it scores like the own tickets")
     band_as_no: str = "auto"
+    # with labelled pairs (`--train` files, the store's pairs), the channel and BM25 weights re-selected on their
+    # queries: each query's labelled tickets reranked, the simplest weighting within one standard error of the best
+    # MAP, the pair weights kept (`weight_selection.select_on_labelled`; at least `MIN_LABELLED_QUERIES` queries with
+    # a relevant and a non-relevant ticket). An option, not yet the default: measured on 2026-12-01 on the
+    # cross-validation's saved fold models (docs/internals.md, "A selection that reads the labels")
+    select_on_labelled: bool = False
 
     ADDED_FIELDS: ClassVar[dict] = {"template_share": 0.0,  # `SavedConfig`: models trained before the fields
-                                    "adapt_hard_negatives": False, "adapt_max_tokens": 128, "band_as_no": "auto"}
+                                    "adapt_hard_negatives": False, "adapt_max_tokens": 128, "band_as_no": "auto",
+                                    "select_on_labelled": False}
     BAND_AS_NO: ClassVar[tuple] = ("auto", "always", "never")
 
     def __post_init__(self):

@@ -51,7 +51,8 @@ from .template_lines import TemplateLines
 from .training import (PairSet, PreparedPairs, _seed_everything, _unit_scale, _unsupervised_parts,
                        dataset_fingerprint, fit, lexical_features, pair_scores, random_negatives)
 from .vocab import EOS, UNK_ID
-from .weight_selection import PASTED, observable_pairs, restored_pairs, select_on_held_out, set_weights_on_filled_fields
+from .weight_selection import (MIN_LABELLED_QUERIES, PASTED, observable_pairs, restored_pairs, select_on_held_out,
+                               select_on_labelled, selecting_queries, set_weights_on_filled_fields)
 
 #: The weight grid of label-free selection. The held-out slice holds hundreds of queries ranked against the
 #: whole knowledge base (a labelled dev set has tens), so the grid can afford 0 for every channel, for the levels
@@ -171,7 +172,8 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
                          progress: bool = True, echo: Callable[[str], None] | None = None,
                          channel_encoders: dict | None = None) -> TicketModel:
     """Train a calibrated TicketModel on the knowledge base `tickets` alone (plus `labelled` pairs, e.g. engineers'
-    feedback, when given: added to the mined pairs `labelled_weight` times and to the calibration pairs); save it
+    feedback, when given: added to the mined pairs `labelled_weight` times and to the calibration pairs, or with the
+    mining option `select_on_labelled` and enough labelled queries, selecting the channel weights instead); save it
     to `out_dir` when given. `channel_encoders` computes the extra channels C / V the config weighs
     (`extra_channels.py`). Deterministic for a seed. Raises InputError when the tickets cannot be mined."""
     started = time.time()
@@ -182,16 +184,22 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     _seed_everything(seed)
     tickets = list({t.id: t for t in tickets}.values())
     stages = _Stages(echo)
-    labelled_pairs = None
+    labelled_pairs = trained_labels = None
+    selecting, n_selecting = False, 0
     if labelled is not None and labelled.pairs:
         labelled_pairs = PairSet.from_dataset(labelled, "labelled")
         kb_ids = {t.id for t in tickets}
         tickets += [t for t in labelled.tickets if t.id not in kb_ids]
+        n_selecting = len(selecting_queries(labelled_pairs, config.relevant_min))
+        selecting = mining.select_on_labelled and config.weights == "grid" and n_selecting >= MIN_LABELLED_QUERIES
+        # the labels either train (added to the mined pairs) or select the weights: never both, as a selection on
+        # the pairs a channel learnt from favours that channel
+        trained_labels = None if selecting else labelled_pairs
     require_minable(tickets, mining)  # fail before the slow stages
 
     with stages("word vectors, Punkt, vocabulary, DocNADE"):
         splitter, vocab, chars, vectors, w2v_source, topic_model, topic_vocab = _unsupervised_parts(
-            config, tickets, list(labelled.queries) if labelled_pairs is not None else [], seed, word_vectors, progress,
+            config, tickets, list(labelled.queries) if trained_labels is not None else [], seed, word_vectors, progress,
             w2v_updates=word2vec_updates(config))
     _seed_everything(seed)
     net = ReplicatedSiameseLSTM(config, vectors, len(chars))
@@ -221,7 +229,14 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
          f"{len(augmenter.synonyms):,} words with induced synonyms) and {s['held_out_pairs']:,} held-out pairs "
          f"({s['held_out_tickets']:,} tickets); 1 positive : {mining.negatives} negatives "
          f"({int(round(mining.negatives * mining.hard_share))} hard)"
-         + (f"; plus {len(labelled_pairs):,} labelled pairs ×{mining.labelled_weight}" if labelled_pairs else ""))
+         + (f"; plus {len(trained_labels):,} labelled pairs ×{mining.labelled_weight}" if trained_labels else ""))
+    if mining.select_on_labelled and labelled_pairs is not None:
+        echo(f"{len(labelled_pairs):,} labelled pairs, {n_selecting:,} queries with a relevant and a non-relevant "
+             "ticket: " + ("they select the channel weights and train nothing" if selecting else
+                           "the configuration's weights are fixed (weights: grid selects them), added to the mined "
+                           "pairs" if config.weights != "grid" else
+                           f"too few to select the channel weights ({MIN_LABELLED_QUERIES} needed), added to the "
+                           "mined pairs"))
 
     observable = observable_pairs(config, mined)
     adapted = None
@@ -251,10 +266,10 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         use_lexical = config.bm25 > 0
         train_lex = lexical_features(train_pairs, view_scorer) if use_lexical else None
         held_lex = lexical_features(held_pairs, view_scorer) if use_lexical else None
-        if labelled_pairs is not None:
-            train_pairs = _concat(train_pairs, labelled_pairs, mining.labelled_weight)
+        if trained_labels is not None:
+            train_pairs = _concat(train_pairs, trained_labels, mining.labelled_weight)
             if use_lexical:
-                extra_lex = lexical_features(labelled_pairs, kb_scorer)
+                extra_lex = lexical_features(trained_labels, kb_scorer)
                 train_lex = np.concatenate([train_lex] + [extra_lex] * mining.labelled_weight)
         tickets_prepared = model.prepare(train_pairs.tickets, "ticket", progress)
         train_data = PreparedPairs(train_pairs, model.prepare(train_pairs.queries, "query", progress),
@@ -295,13 +310,18 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         model, dict(selected, pairs=[[a, b, v] for (a, b, _), v in zip(selected["pairs"], restored)]), tickets))
     echo(f"metric weights: {_short(net.metric_spec())}"
          + (f"; weight 0 for the pairs against a field no ticket fills: {unfilled}" if unfilled else ""))
+    lab_data = labelled_selection = None
+    if labelled_pairs is not None:
+        lab_data = PreparedPairs.of(model, labelled_pairs,
+                                    lexical_features(labelled_pairs, kb_scorer) if use_lexical else None, progress)
+    if selecting:
+        with stages("re-selecting the channel weights on the labelled queries"):
+            labelled_selection = select_on_labelled(model, lab_data, config.relevant_min)
+        echo(_labelled_selection_line(labelled_selection, net.metric_spec()))
 
     with stages("calibrating on serving-like pairs"):
         cal, cal_data = prepared_calibration(model, mined, tickets, augmenter, kb_scorer if use_lexical else None,
                                               seed, progress)
-        if labelled_pairs is not None:
-            lab_data = PreparedPairs.of(model, labelled_pairs,
-                                        lexical_features(labelled_pairs, kb_scorer) if use_lexical else None, progress)
         _unit_scale(model, cal_data)
         cal_g = pair_scores(model, cal_data)
         samples = BandSamples(model, tickets, progress)  # prepared once for the mined band and the labelled one
@@ -330,9 +350,10 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
 
     model.meta["training"] = {
         "mode": "label-free", "mining": mined.stats, "lstm_queries": lstm_queries, "oov": oov, "history": history,
-        "weight_selection": selection,
+        "weight_selection": selection, "labelled_selection": labelled_selection,
         "observable_pairs": [f"{a}|{b}" for (a, b, _), o in zip(config.metric_pairs, observable) if o],
         "labelled_pairs": len(labelled_pairs) if labelled_pairs is not None else 0,
+        "labelled_use": None if labelled_pairs is None else "weight selection" if selecting else "training",
         "calibration_pairs": int(len(y)),
         "calibration_band": band,
         "stage_seconds": stages.seconds, "sentence_encoder": adapted,
@@ -344,6 +365,13 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
         if (adapted and adapted["kept"]) or static_fit:
             keep_saved_encoder(model, out_dir)
     return model
+
+
+def _labelled_selection_line(report: dict, spec: dict) -> str:
+    """What the re-selection on labelled queries did, in one line of training's output."""
+    return (f"channel weights re-selected on {report['queries']} labelled queries: rerank MAP {report['before']:.2f} "
+            f"with the mined slice's weights, {report['value']:.2f} with the simplest within one standard error "
+            f"({report['stderr']:.2f}) of the best ({report['best']:.2f}); metric weights: {_short(spec)}")
 
 
 def _labelled_band_decision(model: TicketModel, mining: MiningConfig, lab_data: PreparedPairs, lab_g: np.ndarray,

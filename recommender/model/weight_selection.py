@@ -3,7 +3,9 @@ combinations of a weight grid the simplest one within one standard error of the 
 
 Label-free training selects on the mined held-out slice (`select_on_held_out`: held-out subject queries against
 every ticket's view, paraphrase queries against the full views, and the held-out tickets pasted whole as a
-condition); `train --with-feedback` re-selects on the engineers' judged queries (`select_by_rank`, `judged.py`);
+condition), and with the mining option `select_on_labelled` re-selects the channel weights on labelled queries
+(`select_on_labelled`: each query's labelled tickets reranked); `train --with-feedback` re-selects on the engineers'
+judged queries (`select_by_rank`, `judged.py`);
 `benchmarks/selection_agreement.py` reads the whole ranking (`GridRanking`). A pair whose distance no slice can
 show keeps a weight of its kind (`restored_pairs`), and a pair against a field no ticket fills weighs 0
 (`set_weights_on_filled_fields`).
@@ -29,7 +31,8 @@ from .bundle import Prepared, TicketModel
 from .grid_ranks import MRR_K, reciprocal_ranks, weighting_ranks
 from .mining import MinedPairs
 from .siamese import MERGED, SiameseConfig
-from .training import PreparedPairs
+from .training import (GroupTable, PreparedPairs, combination_distances, grid_combinations,
+                       pair_distances)
 
 #: Held-out rankings score at most this many views per query (the own view always among them).
 MAX_RANKED_VIEWS = 3000
@@ -42,6 +45,11 @@ THREADED_RANKING_CELLS = 200_000
 MAX_RANKING_THREADS = 8
 #: The selection slice of held-out tickets pasted whole (`selection_slices`): a condition, not pooled.
 PASTED = "pasted"
+#: The fewest labelled queries, each with a relevant and a non-relevant labelled ticket, that re-select the channel
+#: weights (`select_on_labelled`): below it one standard error is wide enough to let a single channel win by chance.
+MIN_LABELLED_QUERIES = 30
+#: Weightings whose labelled pairs are scored at once (`select_on_labelled`).
+LABELLED_CHUNK = 2048
 
 
 def rank_distances(model: TicketModel, queries: Prepared, views: Prepared) -> np.ndarray:
@@ -339,6 +347,66 @@ def select_on_held_out(model: TicketModel, mined: MinedPairs, held: PreparedPair
     net.set_weights([v for *_, v in chosen["pairs"]], chosen["channels"], chosen["bm25"])
     model.invalidate()
     return report, list(searched_pairs(list(slices.values())))
+
+
+def selecting_queries(pairs, relevant_min: float) -> np.ndarray:
+    """The query rows of the labelled `pairs` (a PairSet) with a relevant (label ≥ `relevant_min`) and a
+    non-relevant labelled ticket: those a rerank of their labelled tickets can select weights on."""
+    q, rel = np.asarray(pairs.q), np.asarray(pairs.y, dtype=np.float64) >= relevant_min
+    return np.intersect1d(q[rel], q[~rel])
+
+
+def select_on_labelled(model: TicketModel, labelled: PreparedPairs, relevant_min: float) -> dict:
+    """Re-select the channel and BM25 weights of `model` on labelled queries, the pair weights kept: each query's
+    labelled tickets reranked under every channel weighting of the config's grid (at least one channel weighed),
+    average precision per query, and the simplest weighting (fewest channels, BM25 counted as one; then the higher
+    MAP, then grid order) within one standard error of the best MAP, as the mined selection's rule. Only the queries
+    with a relevant (label ≥ `relevant_min`) and a non-relevant labelled ticket count; with fewer than
+    `MIN_LABELLED_QUERIES` of them the weights stay. Returns the report ("applied": whether it selected)."""
+    pairs = labelled.pairs
+    q, y = np.asarray(pairs.q), np.asarray(pairs.y, dtype=np.float64)
+    usable_queries = selecting_queries(pairs, relevant_min)
+    report = {"queries": int(len(usable_queries)), "min_queries": MIN_LABELLED_QUERIES, "applied": False}
+    if len(usable_queries) < MIN_LABELLED_QUERIES:
+        return report
+    net = model.net
+    spec = net.metric_spec()
+    channels = list(net.channel_names)
+    pair_keys = [f"{a}|{b}" for a, b, _ in spec["pairs"]]
+    use_bm25 = labelled.lexical is not None and bool(net.use_bm25)
+    grid = {k: v for k, v in model.siamese_config.grid.items() if k in channels or (use_bm25 and k == "bm25")}
+    current = {c: float(spec["channels"][c]) for c in channels} | {k: float(v) for k, (*_, v) in
+                                                                   zip(pair_keys, spec["pairs"])}
+    current |= {"bm25": float(spec["bm25"])} if use_bm25 else {}
+    combos = grid_combinations(channels, pair_keys, grid, spec, use_bm25)
+    keep = np.isin(q, usable_queries)
+    dist = pair_distances(model, labelled.queries, labelled.tickets, pairs)[keep]
+    lexical = (1.0 - np.asarray(labelled.lexical)[keep]) if use_bm25 else None
+    table = GroupTable(q[keep], y[keep], relevant_min)
+
+    def per_query_ap(weightings: Sequence[dict]) -> np.ndarray:
+        return np.concatenate([
+            table.per_query_ap(np.exp(-combination_distances(dist, weightings[i:i + LABELLED_CHUNK], channels,
+                                                             pair_keys, lexical)))
+            for i in range(0, len(weightings), LABELLED_CHUNK)])
+
+    ap = per_query_ap(combos)
+    means = ap.mean(axis=1)
+    best = int(np.argmax(means))
+    stderr = float(ap[best].std(ddof=1) / np.sqrt(ap.shape[1]))
+    used = [sum(1 for c in channels if w[c] > 0) + int(bool(w.get("bm25"))) for w in combos]
+    near = np.flatnonzero(means >= means[best] - stderr - 1e-12)
+    pick = int(min(near, key=lambda i: (used[i], -means[i], i)))
+    chosen = combos[pick]
+    report.update(objective=f"rerank MAP of {len(usable_queries)} labelled queries over their "
+                            f"{int(keep.sum())} labelled tickets",
+                  before=float(per_query_ap([current]).mean()), value=float(means[pick]),
+                  best=float(means[best]), stderr=stderr, applied=True,
+                  channels={c: float(chosen[c]) for c in channels},
+                  bm25=float(chosen["bm25"]) if use_bm25 else float(spec["bm25"]))
+    net.set_weights([v for *_, v in spec["pairs"]], report["channels"], report["bm25"])
+    model.invalidate()
+    return report
 
 
 def observable_pairs(config: SiameseConfig, mined: MinedPairs) -> list[bool]:
