@@ -36,7 +36,8 @@ STAGE_LINE = re.compile(r"^\[\s*([\d.]+) s\] (.+)$")
 #: Short column names of the stages, in the order training runs them.
 STAGES = {"word vectors": "word2vec, Punkt, DocNADE", "mining pairs": "mining", "adapting the sentence": "adapt S",
           "fitting the static": "fit static S", "preparing texts": "prepare texts", "training the Siamese": "train LSTM",
-          "selecting channel": "select weights", "calibrating": "calibrate"}
+          "selecting channel": "select weights", "re-selecting the channel": "select on labels",
+          "calibrating": "calibrate"}
 
 
 def _stage(line: str) -> str:

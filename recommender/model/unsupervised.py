@@ -311,17 +311,22 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     echo(f"metric weights: {_short(net.metric_spec())}"
          + (f"; weight 0 for the pairs against a field no ticket fills: {unfilled}" if unfilled else ""))
     lab_data = labelled_selection = None
-    if labelled_pairs is not None:
-        lab_data = PreparedPairs.of(model, labelled_pairs,
-                                    lexical_features(labelled_pairs, kb_scorer) if use_lexical else None, progress)
+
+    def prepared_labels() -> PreparedPairs:
+        return PreparedPairs.of(model, labelled_pairs,
+                                lexical_features(labelled_pairs, kb_scorer) if use_lexical else None, progress)
+
     if selecting:
         with stages("re-selecting the channel weights on the labelled queries"):
+            lab_data = prepared_labels()
             labelled_selection = select_on_labelled(model, lab_data, config.relevant_min)
         echo(_labelled_selection_line(labelled_selection, net.metric_spec()))
 
     with stages("calibrating on serving-like pairs"):
         cal, cal_data = prepared_calibration(model, mined, tickets, augmenter, kb_scorer if use_lexical else None,
                                               seed, progress)
+        if labelled_pairs is not None and lab_data is None:
+            lab_data = prepared_labels()
         _unit_scale(model, cal_data)
         cal_g = pair_scores(model, cal_data)
         samples = BandSamples(model, tickets, progress)  # prepared once for the mined band and the labelled one
