@@ -29,7 +29,8 @@ if str(ROOT) not in sys.path:
 #: The rows re-selected, and the baseline each is compared with.
 ROWS = ("default recipe: mined + labelled pairs", "default recipe, labels dropped")
 ZERO_SHOT = "S zero-shot (MiniLM)"
-HEADLINE = (("official_map", "official_map", "rerank"), ("kb_map@10", "map@10", "kb"))
+#: The figures the table shows (keys of the cross-validation's headline figures).
+SHOWN = ("official_map", "kb_map@10")
 
 
 def _resolve(path: str, cv_dir: Path) -> Path:
@@ -56,7 +57,6 @@ def run_fold(cv_dir: str, fold: int) -> dict:
 
     from recommender.data.importers import load
     from recommender.evaluation import crossval as CV
-    from recommender.evaluation import metrics as M
     from recommender.evaluation.experiments import ModelSystem, _evaluate_system, slug
     from recommender.lexical.bm25 import Bm25Scorer
     from recommender.model.bundle import TicketModel
@@ -69,16 +69,12 @@ def run_fold(cv_dir: str, fold: int) -> dict:
     pooled = CV.pool_datasets([(name, load(_resolve(results["data"][name]["path"], cv_dir), progress=False))
                                for name in ("train", "dev")])
     folds = CV.query_folds([p.query_id for p in pooled.pairs], results["k"], results["seed"])
-    others = sorted({p.query_id for p in pooled.pairs} - set(folds[fold]))
-    train_all = CV.subset(pooled, others, f"fold {fold} training")
-    test = CV._memory_split(f"fold{fold}", CV.subset(pooled, folds[fold], f"fold {fold}"))
+    train_all, test = CV.fold_split(pooled, folds[fold], fold)
 
     def scored(model) -> dict:
         metrics, rr, kb = _evaluate_system(ModelSystem(model, test, results["candidates"]), test, 10, False)
-        values = {"rerank": M.per_query_values(rr.run(), rr.qrels), "kb": M.per_query_values(kb.run(), kb.qrels)}
         spec = model.metric_spec()
-        return {"metrics": {key: metrics[key] for key, _, _ in HEADLINE},
-                "per_query": {key: {q: values[proto][q][pq] for q in values[proto]} for key, pq, proto in HEADLINE},
+        return {"metrics": {key: metrics[key] for key in SHOWN}, "per_query": CV.headline_per_query(rr, kb),
                 "weights": {c: w for c, w in spec["channels"].items() if w} | ({"bm25": spec["bm25"]}
                                                                               if spec["bm25"] else {})}
 

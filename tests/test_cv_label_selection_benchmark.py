@@ -39,8 +39,7 @@ def test_the_labels_dropped_row_re_selected_is_the_option_trained(tmp_path, monk
 
     pooled = CV.pool_datasets([("train", load(train)), ("dev", load(dev))])
     held_out = CV.query_folds([p.query_id for p in pooled.pairs], 3, seed=0)[0]
-    others = CV.subset(pooled, sorted({p.query_id for p in pooled.pairs} - set(held_out)), "others")
-    test = CV._memory_split("fold0", CV.subset(pooled, held_out, "fold 0"))
+    others, test = CV.fold_split(pooled, held_out, 0)
     model = train_without_labels(others.tickets, label_free_config(**PAPER, **TINY), None, seed=0, labelled=others,
                                  mining={"select_on_labelled": True}, progress=False, echo=lambda _: None)
     assert model.meta["training"]["labelled_use"] == "weight selection"

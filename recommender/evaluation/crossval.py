@@ -131,6 +131,20 @@ def subset(data: Dataset, query_ids: Sequence[str], name: str) -> Dataset:
                    f"{data.source} ({name})")
 
 
+def fold_split(pooled: Dataset, held_out: Sequence[str], fold: int) -> tuple[Dataset, Split]:
+    """(the other folds' queries, pairs and tickets; fold `fold`'s as an evaluation split): what a fold trains and
+    selects on, and what it is measured on."""
+    others = sorted({p.query_id for p in pooled.pairs} - set(held_out))
+    return (subset(pooled, others, f"fold {fold} training"),
+            _memory_split(f"fold{fold}", subset(pooled, held_out, f"fold {fold}")))
+
+
+def headline_per_query(rr: P.ProtocolResult, kb: P.ProtocolResult) -> dict[str, dict[str, float]]:
+    """Each headline figure's per-query values (`HEADLINE`) of one system's rerank and knowledge-base results."""
+    per_query = {"rerank": M.per_query_values(rr.run(), rr.qrels), "kb": M.per_query_values(kb.run(), kb.qrels)}
+    return {key: {q: per_query[proto][q][pq] for q in per_query[proto]} for key, pq, proto in HEADLINE}
+
+
 def _memory_split(name: str, data: Dataset) -> Split:
     from ..lexical.searchers import MemorySearcher
 
@@ -177,7 +191,7 @@ def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: fl
     ("simplest" or "argmax"); returns the chosen spec and how it was chosen. The calibrator is refitted on the
     selection pairs with the chosen weights (`labelled_calibrator`)."""
     from ..lexical.bm25 import Bm25Scorer
-    from ..model.training import (GroupTable, PairSet, PreparedPairs, combination_distances, grid_combinations,
+    from ..model.training import (GroupTable, PairSet, PreparedPairs, combination_scores, grid_combinations,
                                   lexical_features, pair_distances)
 
     config, net = model.siamese_config, model.net
@@ -190,8 +204,9 @@ def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: fl
     channels = list(net.channel_names)
     pair_keys = [f"{a}|{b}" for a, b, *_ in config.metric_pairs]
     combos = grid_combinations(channels, pair_keys, config.grid, net.metric_spec(), use_bm25)
-    d = combination_distances(dist, combos, channels, pair_keys, (1.0 - ratio) if use_bm25 else None)
-    per_query = GroupTable(pairs.q, pairs.y, config.relevant_min).per_query_ap(np.exp(-d))  # [combinations, queries]
+    table = GroupTable(pairs.q, pairs.y, config.relevant_min)
+    per_query = np.concatenate([table.per_query_ap(g) for g in combination_scores(  # [combinations, queries]
+        dist, combos, channels, pair_keys, (1.0 - ratio) if use_bm25 else None)])
     all_channels = channels + (["bm25"] if use_bm25 else [])
     if rule == "simplest":
         pick, how = select_simplest(combos, per_query, all_channels, pair_keys, margin)
@@ -238,10 +253,8 @@ def run_fold(pooled: Dataset, spec: FoldSpec) -> dict:
     from ..model.training import split_queries, train_model
 
     torch.set_num_threads(1)
-    others = sorted({q for p in pooled.pairs for q in [p.query_id]} - set(spec.held_out))
-    train_all = subset(pooled, others, f"fold {spec.fold} training")
+    train_all, test = fold_split(pooled, spec.held_out, spec.fold)
     fit_data, sel_data = split_queries(train_all, 1.0 / (spec.k - 1), spec.seed + spec.fold)
-    test = _memory_split(f"fold{spec.fold}", subset(pooled, spec.held_out, f"fold {spec.fold}"))
     train_split = _memory_split("train", train_all)
     out = Path(spec.out)
     cache = out / "cache" / f"fold{spec.fold}-word2vec.txt"
@@ -277,10 +290,7 @@ def run_fold(pooled: Dataset, spec: FoldSpec) -> dict:
         metrics, rr, kb = _evaluate_system(system, test, 10, False)
         rr.write(out / "predictions" / f"fold{spec.fold}", slug(cfg.name))
         kb.write(out / "predictions" / f"fold{spec.fold}", slug(cfg.name))
-        per_query = {"rerank": M.per_query_values(rr.run(), rr.qrels), "kb": M.per_query_values(kb.run(), kb.qrels)}
-        rows[cfg.name] = {"metrics": metrics, "selection": selection,
-                          "per_query": {key: {q: per_query[proto][q][pq] for q in per_query[proto]}
-                                        for key, pq, proto in HEADLINE}}
+        rows[cfg.name] = {"metrics": metrics, "selection": selection, "per_query": headline_per_query(rr, kb)}
     return {"fold": spec.fold, "queries": len(spec.held_out), "tickets": len(test.dataset.tickets),
             "train_queries": len(fit_data.queries), "selection_queries": len(sel_data.queries), "rows": rows}
 

@@ -14,7 +14,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -134,8 +134,16 @@ def combination_distances(dist: np.ndarray, combos: Sequence[dict[str, float]], 
     return d
 
 
-#: Weightings scored together by `select_weights` (bounds its memory on large grids).
+#: Weightings scored together (`combination_scores`: bounds the memory of large grids).
 _GRID_CHUNK = 2048
+
+
+def combination_scores(dist: np.ndarray, combos: Sequence[dict[str, float]], channels: Sequence[str],
+                       pair_keys: Sequence[str], lexical: np.ndarray | None = None) -> Iterator[np.ndarray]:
+    """g = exp(−d) of every pair under each weighting (`combination_distances`), `_GRID_CHUNK` weightings at a time:
+    [chunk, N] arrays, in the order of `combos`."""
+    for start in range(0, len(combos), _GRID_CHUNK):
+        yield np.exp(-combination_distances(dist, combos[start:start + _GRID_CHUNK], channels, pair_keys, lexical))
 
 
 def select_weights(dist: np.ndarray, labels: np.ndarray, groups: np.ndarray, pairs: Sequence[Sequence],
@@ -151,12 +159,9 @@ def select_weights(dist: np.ndarray, labels: np.ndarray, groups: np.ndarray, pai
         raise InputError("the weight grid weighs no channel or no pair in every combination; give it a positive weight")
     table = GroupTable(groups, labels, relevant_min)
     lexical = (1.0 - bm25_ratio) if use_bm25 else None
-    scores = []
-    for start in range(0, len(combos), _GRID_CHUNK):
-        g = np.exp(-combination_distances(dist, combos[start:start + _GRID_CHUNK], channels, pair_keys, lexical))
-        scores.append(table.per_query_ap(g).mean(axis=1) if objective == "map"
-                      else np.array([correlations(row, labels)[0] for row in g]))
-    scores = np.concatenate(scores)
+    scores = np.concatenate([table.per_query_ap(g).mean(axis=1) if objective == "map"
+                             else np.array([correlations(row, labels)[0] for row in g])
+                             for g in combination_scores(dist, combos, channels, pair_keys, lexical)])
     best = combos[int(np.argmax(scores))]
     spec = {"pairs": [[a, b, float(best[k])] for (a, b, *_), k in zip(pairs, pair_keys)],
             "channels": {c: float(best[c]) for c in channels},

@@ -31,8 +31,7 @@ from .bundle import Prepared, TicketModel
 from .grid_ranks import MRR_K, reciprocal_ranks, weighting_ranks
 from .mining import MinedPairs
 from .siamese import MERGED, SiameseConfig
-from .training import (GroupTable, PreparedPairs, combination_distances, grid_combinations,
-                       pair_distances)
+from .training import GroupTable, PreparedPairs, _scores, combination_scores, grid_combinations, pair_distances
 
 #: Held-out rankings score at most this many views per query (the own view always among them).
 MAX_RANKED_VIEWS = 3000
@@ -48,8 +47,6 @@ PASTED = "pasted"
 #: The fewest labelled queries, each with a relevant and a non-relevant labelled ticket, that re-select the channel
 #: weights (`select_on_labelled`): below it one standard error is wide enough to let a single channel win by chance.
 MIN_LABELLED_QUERIES = 30
-#: Weightings whose labelled pairs are scored at once (`select_on_labelled`).
-LABELLED_CHUNK = 2048
 
 
 def rank_distances(model: TicketModel, queries: Prepared, views: Prepared) -> np.ndarray:
@@ -375,22 +372,14 @@ def select_on_labelled(model: TicketModel, labelled: PreparedPairs, relevant_min
     pair_keys = [f"{a}|{b}" for a, b, _ in spec["pairs"]]
     use_bm25 = labelled.lexical is not None and bool(net.use_bm25)
     grid = {k: v for k, v in model.siamese_config.grid.items() if k in channels or (use_bm25 and k == "bm25")}
-    current = {c: float(spec["channels"][c]) for c in channels} | {k: float(v) for k, (*_, v) in
-                                                                   zip(pair_keys, spec["pairs"])}
-    current |= {"bm25": float(spec["bm25"])} if use_bm25 else {}
     combos = grid_combinations(channels, pair_keys, grid, spec, use_bm25)
     keep = np.isin(q, usable_queries)
     dist = pair_distances(model, labelled.queries, labelled.tickets, pairs)[keep]
-    lexical = (1.0 - np.asarray(labelled.lexical)[keep]) if use_bm25 else None
+    ratio = np.asarray(labelled.lexical)[keep] if use_bm25 else None
     table = GroupTable(q[keep], y[keep], relevant_min)
-
-    def per_query_ap(weightings: Sequence[dict]) -> np.ndarray:
-        return np.concatenate([
-            table.per_query_ap(np.exp(-combination_distances(dist, weightings[i:i + LABELLED_CHUNK], channels,
-                                                             pair_keys, lexical)))
-            for i in range(0, len(weightings), LABELLED_CHUNK)])
-
-    ap = per_query_ap(combos)
+    before = table.map(_scores(model, dist, ratio))  # the weights as they are, scored as `pair_scores` scores them
+    ap = np.concatenate([table.per_query_ap(g) for g in combination_scores(
+        dist, combos, channels, pair_keys, None if ratio is None else 1.0 - ratio)])
     means = ap.mean(axis=1)
     best = int(np.argmax(means))
     stderr = float(ap[best].std(ddof=1) / np.sqrt(ap.shape[1]))
@@ -400,7 +389,7 @@ def select_on_labelled(model: TicketModel, labelled: PreparedPairs, relevant_min
     chosen = combos[pick]
     report.update(objective=f"rerank MAP of {len(usable_queries)} labelled queries over their "
                             f"{int(keep.sum())} labelled tickets",
-                  before=float(per_query_ap([current]).mean()), value=float(means[pick]),
+                  before=before, value=float(means[pick]),
                   best=float(means[best]), stderr=stderr, applied=True,
                   channels={c: float(chosen[c]) for c in channels},
                   bm25=float(chosen["bm25"]) if use_bm25 else float(spec["bm25"]))
