@@ -5,7 +5,8 @@ labelled pairs; labels dropped) select their weights on the mined held-out slice
 BM25 weights of each fold's saved model on the training folds' labelled queries, as the mining option
 `select_on_labelled` does at the end of training (`weight_selection.select_on_labelled`, the pair weights kept), scores
 the held-out fold as the cross-validation does, and prints the cross-validated figures with paired-bootstrap intervals
-against the row as saved and against the zero-shot S channel (whose saved fold models are scored again too).
+against the row as saved and against the zero-shot S channel (whose saved fold models are scored again too). A run
+with `--cv-rows` needs the zero-shot row and at least one of the two; the other is left out.
 
     .venv/bin/python benchmarks/cv_label_selection.py --cv-dir reports/semeval-cv [--jobs 2]
 
@@ -80,7 +81,7 @@ def run_fold(cv_dir: str, fold: int) -> dict:
 
     saved = {r["name"]: r["folds"]["official_map"]["values"][fold] for r in results["rows"]}
     out = {}
-    for name in (ZERO_SHOT,) + ROWS:
+    for name in (ZERO_SHOT,) + tuple(r for r in ROWS if r in saved):
         model = TicketModel.load(cv_dir / "models" / f"fold{fold}-{slug(name)}")
         out[name] = scored(model)
         if abs(out[name]["metrics"]["official_map"] - saved[name]) > 1e-6:
@@ -131,7 +132,12 @@ def main() -> None:
     cv_dir = Path(args.cv_dir)
     if not (cv_dir / "results.json").is_file() or not (cv_dir / "models").is_dir():
         sys.exit(f"{cv_dir} is not the output of `ticketrec evaluate --cv K --out DIR` (results.json and models/)")
-    k = json.loads((cv_dir / "results.json").read_text())["k"]
+    results = json.loads((cv_dir / "results.json").read_text())
+    names = {r["name"] for r in results["rows"]}
+    if ZERO_SHOT not in names or not names & set(ROWS):
+        sys.exit(f"{cv_dir} lacks the rows this needs: the zero-shot S row and a default-recipe row "
+                 "(`--cv-rows s-zero-shot,default-no-labels` at least)")
+    k = results["k"]
     import multiprocessing as mp
 
     with ProcessPoolExecutor(max(1, args.jobs), mp_context=mp.get_context("spawn")) as pool:

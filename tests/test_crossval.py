@@ -1,4 +1,6 @@
 """Cross-validated weight selection: folds by query, the simplicity-prior rule, and a tiny end-to-end CV run."""
+import json
+
 import numpy as np
 import pytest
 
@@ -134,6 +136,51 @@ def test_cli_cv_rejects_a_single_fold(tmp_path):
                                        "--out", str(tmp_path / "cv"), "--jobs", "1"])
     assert result.exit_code != 0
     assert "at least 2 folds" in (result.output + str(result.exception))
+
+
+def test_cli_cv_rows_runs_only_the_rows_asked_for_and_names_what_it_left_out(tmp_path):
+    from click.testing import CliRunner
+
+    from recommender.cli import main
+
+    train, dev = _train_and_dev(tmp_path, (40, 9), (30, 6))
+    base = ["evaluate", "--train", str(train), "--dev", str(dev), "--cv", "3", "--jobs", "1", "--candidates", "20"]
+    result = CliRunner().invoke(main, base + ["--out", str(tmp_path / "bad"), "--cv-rows", "bm25,default-no-label"])
+    assert result.exit_code != 0
+    message = result.output + str(result.exception)
+    assert "unknown --cv-rows default-no-label" in message and "default-no-labels" in message
+    assert not (tmp_path / "bad" / "results.json").exists()
+    result = CliRunner().invoke(main, ["evaluate", "--train", str(train), "--dev", str(dev), "--out",
+                                       str(tmp_path / "grid"), "--cv-rows", "bm25"])
+    assert result.exit_code != 0 and "add --cv K" in (result.output + str(result.exception))
+
+    out = tmp_path / "cv"
+    result = CliRunner().invoke(main, base + ["--out", str(out), "--cv-rows", "bm25"])
+    assert result.exit_code == 0, result.output
+    results = json.loads((out / "results.json").read_text())
+    assert [r["name"] for r in results["rows"]] == [CV.BM25_NAME]
+    assert "--cv-rows bm25" in results["command"]
+    assert results["verdict"] == {"winner": None, "beats": {}, "default": None}
+
+
+def test_a_verdict_without_a_baseline_names_no_default():
+    from recommender.evaluation.report import render_cv_markdown
+
+    def row(name, trained, low):
+        vs = {CV.BM25_NAME: {k: {"diff": 1.0, "low": low, "high": 2.0} for k in ("official_map", "kb_map@10")}}
+        return {"name": name, "trained": trained, "cv": {"official_map": 80.0 if trained else 70.0},
+                "vs": vs if trained else {}}
+
+    rows = [row(CV.BM25_NAME, False, 0), row("trained", True, 0.5)]
+    v = CV.verdict(rows)
+    assert v == {"winner": "trained", "beats": {CV.BM25_NAME: True}, "default": None}
+    md = render_cv_markdown({"rows": [], "verdict": v, "data": {}, "folds": [], "k": 3, "seed": 0, "candidates": 20,
+                             "bootstrap": 200, "date": "d", "command": "c"})
+    assert "Not compared with S zero-shot (MiniLM)" in md and "can stay the default" not in md
+    assert "should not be the default" not in md
+    both = [row(CV.BM25_NAME, False, 0), row(CV.ZERO_SHOT_NAME, False, 0), row("trained", True, 0.5)]
+    both[-1]["vs"][CV.ZERO_SHOT_NAME] = both[-1]["vs"][CV.BM25_NAME]
+    assert CV.verdict(both)["default"] == "trained"
 
 
 def test_the_default_recipe_is_cross_validated_on_the_training_folds_alone(tmp_path):

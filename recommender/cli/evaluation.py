@@ -21,6 +21,9 @@ from .common import column_mapping, echo_json, html_option, main, settings, warn
               help="grid: pool --train and --dev, K-fold cross-validation by query (weights selected on the other "
                    "folds) of BM25, the zero-shot S channel, the labelled configuration and `ticketrec train`'s "
                    "default recipe (with the labels and without)")
+@click.option("--cv-rows", "cv_rows", default=None, metavar="KEYS",
+              help="--cv: only these rows, comma-separated, of bm25, s-zero-shot, labelled-simplest, labelled-argmax, "
+                   "default, default-no-labels (default: all; each default row trains for minutes a fold)")
 @click.option("--jobs", type=int, default=None, help="grid/--cv: worker processes (default: the number of cores)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="report directory, e.g. reports/NAME (required for the grid)")
@@ -47,7 +50,7 @@ from .common import column_mapping, echo_json, html_option, main, settings, warn
               help="duplicates and --model --test: also BM25, MiniLM and their reciprocal-rank fusion")
 @click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
 def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candidates, model_dir, kb_path, maps,
-             mapping_file, html, links_path, link_columns, baselines, as_json, cv_folds=None, jobs=None) -> None:
+             mapping_file, html, links_path, link_columns, baselines, as_json, cv_folds=None, jobs=None, cv_rows=None) -> None:
     """Evaluate: the Table 5 grid (--train --dev --out), its cross-validation (--cv K), a saved model on labelled
     data (--model --test), or a model against BM25 and MiniLM on real duplicate links (--kb --duplicates)."""
     from pathlib import Path
@@ -122,14 +125,19 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
     from ..evaluation.experiments import default_jobs, run_experiment
 
     jobs = default_jobs() if jobs is None else jobs
+    if cv_rows is not None and cv_folds is None:
+        raise InputError("--cv-rows chooses rows of the cross-validation: add --cv K")
     if cv_folds is not None:
-        from ..evaluation.crossval import run_cv
+        from ..evaluation.crossval import chosen_configs, run_cv
 
+        keys = [k.strip() for k in (cv_rows or "").split(",") if k.strip()]
+        configs = chosen_configs(keys)
         command = _command_line(["evaluate", "--train", train_path, "--dev", dev_path, "--cv", str(cv_folds),
                                  "--out", out_dir, "--seed", str(seed), "--jobs", str(jobs)]
+                                + (["--cv-rows", ",".join(keys)] if keys else [])
                                 + (["--candidates", str(candidates)] if candidates is not None else []))
         results = run_cv(train_path, dev_path, out_dir, k=cv_folds, seed=seed, candidates=cfg.candidates, jobs=jobs,
-                         command=command, progress=_progress(as_json))
+                         configs=configs, command=command, progress=_progress(as_json))
         echo_json({"report": str(Path(out_dir) / "report.md"), "verdict": results["verdict"],
                    "cv": {r["name"]: {k: r["cv"][k] for k in ("official_map", "kb_map@10")} for r in results["rows"]}})
         return

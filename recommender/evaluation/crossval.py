@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 from dataclasses import replace as _dc_replace
 import datetime as _dt
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -61,6 +60,7 @@ class CvConfig:
     trained: bool = False  # a baseline is not; the verdict is about trained configurations
     shares_model_with: str = ""  # reuse the model of this config in the same fold (another selection rule)
     labels: bool = False  # kind "mined": add the training folds' labelled pairs to the mined ones
+    key: str = ""  # the short name `--cv-rows` selects it by
 
 
 #: The CV rows of the product's default recipe (`ticketrec train`): with the training folds' labelled pairs, and without.
@@ -73,20 +73,34 @@ def default_configs() -> list[CvConfig]:
     simplicity-prior rule and with the plain argmax rule (the same trained model per fold), and the product's
     default recipe (`ticketrec train`: mined pairs, S adapted) with the labelled pairs added and without them."""
     return [
-        CvConfig(BM25_NAME, "BM25 over SUB+DESC+SOL (the pre-filter alone)", kind="bm25"),
+        CvConfig(BM25_NAME, "BM25 over SUB+DESC+SOL (the pre-filter alone)", kind="bm25", key="bm25"),
         CvConfig(ZERO_SHOT_NAME, "pretrained all-MiniLM-L6-v2 on SUB+DESC, Manhattan metric, no training",
                  preset="e_merged", overrides={"channels": {"S": 1.0}, "merged_query": ["SUB", "DESC"],
-                                               "merged_ticket": ["SUB", "DESC"]}),
+                                               "merged_ticket": ["SUB", "DESC"]}, key="s-zero-shot"),
         CvConfig("h/E/T/S + BM25, simplest within 1 SE", "product config, wide grid, simplicity-prior selection",
-                 preset="default_s", select="simplest", trained=True),
+                 preset="default_s", select="simplest", trained=True, key="labelled-simplest"),
         CvConfig("h/E/T/S + BM25, argmax", "product config, wide grid, best-MAP selection (as the dev grid does)",
-                 preset="default_s", select="argmax", trained=True, shares_model_with="h/E/T/S + BM25, simplest within 1 SE"),
+                 preset="default_s", select="argmax", trained=True, shares_model_with="h/E/T/S + BM25, simplest within 1 SE",
+                 key="labelled-argmax"),
         CvConfig(DEFAULT_WITH_LABELS, "`ticketrec train --train`: pairs mined from the training folds' tickets plus "
                  "their labelled pairs, S adapted, weights selected on the mined held-out slice",
-                 kind="mined", labels=True, trained=True),
+                 kind="mined", labels=True, trained=True, key="default"),
         CvConfig(DEFAULT_LABELS_DROPPED, "`ticketrec train` without labels: the same recipe on the training folds' "
-                 "tickets alone", kind="mined", trained=True),
+                 "tickets alone", kind="mined", trained=True, key="default-no-labels"),
     ]
+
+
+def chosen_configs(keys: Sequence[str] | None) -> list[CvConfig]:
+    """The default configurations whose `key` is in `keys` (all of them for None or empty), in the report's order;
+    an unknown key is an error that lists the known ones."""
+    configs = default_configs()
+    if not keys:
+        return configs
+    known = [c.key for c in configs]
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        raise InputError(f"unknown --cv-rows {', '.join(unknown)}; use some of {', '.join(known)} (comma-separated)")
+    return [c for c in configs if c.key in set(keys)]
 
 
 # -- data ------------------------------------------------------------------------------------------------------------
@@ -172,18 +186,18 @@ def select_simplest(combos: Sequence[dict[str, float]], per_query: np.ndarray, c
     """Index of the chosen combination and how: among the combinations whose mean (over the selection queries, rows
     of `per_query` [combos, queries]) is within one standard error of the best — or within `margin` when given —
     the simplest (`simplicity`), then the higher mean, then the first."""
+    from ..model.weight_selection import simplest_near_best, standard_error
+
     per_query = np.asarray(per_query, dtype=np.float64)
     if per_query.ndim != 2 or per_query.shape[0] != len(combos) or per_query.shape[0] == 0:
         raise InputError("select_simplest needs one row of per-query values for each of at least one combination")
     means = per_query.mean(axis=1)
     best = int(np.argmax(means))
-    n = per_query.shape[1]
-    se = float(per_query[best].std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+    se = standard_error(per_query[best])
     tol = se if margin is None else float(margin)
-    eligible = np.flatnonzero(means >= means[best] - tol - 1e-12)
-    pick = min(eligible, key=lambda i: (simplicity(combos[i], channels, pair_keys), -means[i], i))
-    return int(pick), {"best": float(means[best]), "chosen": float(means[pick]), "tolerance": tol,
-                       "standard_error": se, "eligible": int(eligible.size), "combinations": len(combos)}
+    pick, near = simplest_near_best(means, tol, lambda i: simplicity(combos[i], channels, pair_keys))
+    return pick, {"best": float(means[best]), "chosen": float(means[pick]), "tolerance": tol,
+                  "standard_error": se, "eligible": int(near.size), "combinations": len(combos)}
 
 
 def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: float | None = None) -> dict:
@@ -362,16 +376,19 @@ def summarise(folds: Sequence[dict], configs: Sequence[CvConfig], n_boot: int = 
 
 def verdict(rows: Sequence[dict]) -> dict:
     """Which trained configuration wins CV (rerank MAP) and whether it beats BM25 and the zero-shot S channel:
-    beating means the 95 % interval of the difference lies above 0 on rerank MAP and on KB MAP@10."""
+    beating means the 95 % interval of the difference lies above 0 on rerank MAP and on KB MAP@10. Without both
+    baselines' rows there is no default to name (None)."""
     trained = [r for r in rows if r["trained"]]
     if not trained:
         return {"winner": None, "beats": {}, "default": None}
     win = max(trained, key=lambda r: r["cv"]["official_map"])
     beats = {base: all(win["vs"].get(base, {}).get(k, {}).get("low", -1.0) > 0 for k in ("official_map", "kb_map@10"))
              for base in (BM25_NAME, ZERO_SHOT_NAME) if base in win["vs"]}
+    if len(beats) < 2:  # a baseline's row was not run (`--cv-rows`): no verdict on the default
+        return {"winner": win["name"], "beats": beats, "default": None}
     baselines = [r for r in rows if not r["trained"]]
-    best_base = max(baselines, key=lambda r: r["cv"]["official_map"]) if baselines else None
-    default = win["name"] if beats and all(beats.values()) else (best_base["name"] if best_base else None)
+    best_base = max(baselines, key=lambda r: r["cv"]["official_map"])
+    default = win["name"] if all(beats.values()) else best_base["name"]
     return {"winner": win["name"], "beats": beats, "default": default}
 
 

@@ -16,7 +16,7 @@ import itertools
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -47,6 +47,25 @@ PASTED = "pasted"
 #: The fewest labelled queries, each with a relevant and a non-relevant labelled ticket, that re-select the channel
 #: weights (`select_on_labelled`): below it one standard error is wide enough to let a single channel win by chance.
 MIN_LABELLED_QUERIES = 30
+
+
+def standard_error(values: np.ndarray) -> float:
+    """The standard error of the mean of per-query `values` (0 with fewer than two)."""
+    values = np.asarray(values, dtype=np.float64)
+    return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else 0.0
+
+
+def simplest_near_best(means: np.ndarray, tolerance: float, complexity: Callable[[int], object],
+                       eligible: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+    """The rule every weight selection here applies (the one-standard-error rule, Breiman et al. 1984): among the
+    `eligible` combinations (all by default) whose mean is within `tolerance` of the best eligible mean, the least
+    complex (`complexity(i)`, smaller is simpler), then the higher mean, then the first. Returns (the chosen index,
+    the indices within `tolerance`)."""
+    means = np.asarray(means, dtype=np.float64)
+    ok = np.ones(means.size, bool) if eligible is None else np.asarray(eligible, bool)
+    best = int(np.argmax(np.where(ok, means, -np.inf)))
+    near = np.flatnonzero(ok & (means >= means[best] - tolerance - 1e-12))
+    return int(min(near, key=lambda i: (complexity(i), -means[i], i))), near
 
 
 def rank_distances(model: TicketModel, queries: Prepared, views: Prepared) -> np.ndarray:
@@ -228,17 +247,16 @@ class GridRanking:
                 best = int(np.argmax(np.where(eligible, means, -np.inf)))
                 best_spec = combination_spec(spec, combinations[best])
                 best_rr = np.concatenate([s.reciprocal_ranks(best_spec) for s in slices])
-        stderr = float(best_rr.std(ddof=1) / np.sqrt(len(best_rr))) if len(best_rr) > 1 else 0.0
-        ranking = cls(combinations, used, means, best, stderr, -1, eligible,
-                      condition_means if condition is not None else None,
-                      condition_best if condition is not None else None, condition_stderr)
-        ranking.chosen = int(min(ranking.near(), key=lambda i: (used[i], -means[i], i)))
-        return ranking
+        stderr = standard_error(best_rr)
+        chosen = simplest_near_best(means, stderr, lambda i: used[i], eligible)[0]
+        return cls(combinations, used, means, best, stderr, chosen, eligible,
+                   condition_means if condition is not None else None,
+                   condition_best if condition is not None else None, condition_stderr)
 
     def near(self) -> np.ndarray:
         """The eligible combinations within one standard error of the best: those the selection cannot tell
         apart, among which it takes the simplest."""
-        return np.flatnonzero(self.eligible & (self.means >= self.means[self.best] - self.stderr))
+        return simplest_near_best(self.means, self.stderr, lambda i: self.used[i], self.eligible)[1]
 
 
 def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict, progress: bool = False,
@@ -382,10 +400,9 @@ def select_on_labelled(model: TicketModel, labelled: PreparedPairs, relevant_min
         dist, combos, channels, pair_keys, None if ratio is None else 1.0 - ratio)])
     means = ap.mean(axis=1)
     best = int(np.argmax(means))
-    stderr = float(ap[best].std(ddof=1) / np.sqrt(ap.shape[1]))
+    stderr = standard_error(ap[best])
     used = [sum(1 for c in channels if w[c] > 0) + int(bool(w.get("bm25"))) for w in combos]
-    near = np.flatnonzero(means >= means[best] - stderr - 1e-12)
-    pick = int(min(near, key=lambda i: (used[i], -means[i], i)))
+    pick = simplest_near_best(means, stderr, lambda i: used[i])[0]
     chosen = combos[pick]
     report.update(objective=f"rerank MAP of {len(usable_queries)} labelled queries over their "
                             f"{int(keep.sum())} labelled tickets",
