@@ -154,6 +154,11 @@ def test_cli_cv_rows_runs_only_the_rows_asked_for_and_names_what_it_left_out(tmp
                                        str(tmp_path / "grid"), "--cv-rows", "bm25"])
     assert result.exit_code != 0 and "add --cv K" in (result.output + str(result.exception))
 
+    for other in (["--kb", str(train), "--duplicates", str(tmp_path / "links.csv")], ["--model", str(tmp_path), "--test",
+                                                                                      str(dev)]):
+        result = CliRunner().invoke(main, ["evaluate", *other, "--cv", "3"])
+        assert result.exit_code != 0 and "drop them to evaluate" in (result.output + str(result.exception))
+
     out = tmp_path / "cv"
     result = CliRunner().invoke(main, base + ["--out", str(out), "--cv-rows", "bm25"])
     assert result.exit_code == 0, result.output

@@ -60,6 +60,10 @@ def evaluate(train_path, dev_path, test_path, grid, out_dir, seeds, seed, candid
     cfg = settings()
     if candidates is not None:
         cfg = cfg.replace(candidates=candidates)
+    other = "duplicate links (--kb --duplicates)" if kb_path or links_path else \
+        "a saved model (--model --test)" if model_dir and not train_path else None
+    if other and (cv_folds is not None or cv_rows is not None):
+        raise InputError(f"--cv and --cv-rows cross-validate --train and --dev; drop them to evaluate {other}")
     if kb_path or links_path:
         if not (kb_path and links_path):
             raise InputError("the duplicates protocol needs both --kb FILE (the tickets) and --duplicates FILE (the "
