@@ -412,7 +412,8 @@ def render_cv_markdown(results: dict) -> str:
               "| configuration | " + " | ".join(h for _, h, _ in HEADLINE) + " |", "|---|" + "---|" * len(HEADLINE)]
     for r in rows:
         parts.append(f"| {r['name']} | " + " | ".join(_cv_cell(r, k, f) for k, _, f in HEADLINE) + " |")
-    for base in ("BM25", "S zero-shot (MiniLM)"):
+    baselines = ("BM25", "S zero-shot (MiniLM)")  # crossval's BM25_NAME and ZERO_SHOT_NAME, which the verdict compares
+    for base in baselines:
         against = [r for r in rows if base in r["vs"]]
         if against:
             parts += ["", f"## Δ against {base} (95 % paired bootstrap interval)", "",
@@ -433,7 +434,7 @@ def render_cv_markdown(results: dict) -> str:
         beats = v["beats"]
         both = bool(beats) and all(beats.values())
         named = ", ".join(f"{b}: {'yes' if ok else 'no'}" for b, ok in beats.items())
-        missing = [b for b in ("BM25", "S zero-shot (MiniLM)") if b not in beats]
+        missing = [b for b in baselines if b not in beats]
         parts.append(f"The trained configuration with the best CV rerank MAP is **{v['winner']}**."
                      + (f" Beats each baseline (95 % interval of Δ above 0 on rerank MAP and KB MAP@10): {named}."
                         if beats else ""))
