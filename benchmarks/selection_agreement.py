@@ -2,7 +2,8 @@
 
 Label-free training selects its channel and pair weights on mined queries (`weight_selection.select_by_rank`: the
 held-out and paraphrase slices). This script rebuilds those slices for a saved label-free model exactly as its
-training did (same tickets, mining config and seed; the reproduced selection is printed beside the recorded one),
+training did (same tickets, mining config and seed; the reproduced selection is printed beside the recorded one,
+with how many queries tie with another view under it: copies of one ticket, whose ties float noise breaks),
 with the condition that the held-out tickets pasted whole set on it when the training used one, ranks every
 combination of the weight grid on them, and scores the same combinations on a real target the selection never sees:
 
@@ -128,6 +129,14 @@ def semeval_target(model: TicketModel, path: Path = SEMEVAL / "dev.xml"):
     return f"SemEval-2016 dev rerank ({len(np.unique(pairs.q))} queries): MAP", score
 
 
+def near_ties(ranked: RankedSlice, spec: dict, tolerance: float = 1e-4) -> int:
+    """How many queries of `ranked` have another view within `tolerance` of their own view's distance under `spec`
+    (copies of one ticket): float noise between the training's run and this rebuild breaks such ties either way."""
+    d = ranked.distances(spec)
+    own = d[np.arange(len(ranked.truth)), ranked.truth][:, None]
+    return int(((np.abs(d - own) <= tolerance).sum(axis=1) > 1).sum())
+
+
 def short(spec: dict) -> str:
     channels = ", ".join(f"{c} {v:g}" for c, v in spec["channels"].items() if v)
     pairs = ", ".join(f"{a}-{b} {v:.3g}" for a, b, v in spec["pairs"] if v)
@@ -166,7 +175,10 @@ def main(argv=None) -> int:
     print(f"command: .venv/bin/python benchmarks/{Path(__file__).name} {' '.join(sys.argv[1:] if argv is None else argv)}")
     print(f"model {model_dir} ({model.version[:12]}); {len(combos):,} weight combinations; mined queries: "
           + ", ".join(f"{len(s.truth)} {k}" for k, s in slices.items())
-          + f"; selection reproduced: {mined[chosen]:.4f} (training recorded {recorded.get('value', float('nan')):.4f})\n")
+          + f"; selection reproduced: {mined[chosen]:.4f} (training recorded {recorded.get('value', float('nan')):.4f}; "
+          + ", ".join(f"{near_ties(s, combos[chosen])} {k}" for k, s in slices.items())
+          + " queries tie within 1e-4 with another view under it, ties that float noise between the training run and "
+            "this rebuild can break either way)\n")
     metrics = name.split(": ", 1)[1].split(", ")
     print("| combination | mined MRR@10 | " + " | ".join(metrics) + " | weights |")
     print("|---|---|" + "---|" * len(metrics) + "---|")

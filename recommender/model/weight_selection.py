@@ -96,14 +96,18 @@ class RankedSlice:
     truth: np.ndarray
     observable: Sequence[bool]
 
-    def reciprocal_ranks(self, spec: dict) -> np.ndarray:
-        """Per-query 1/rank (within the top 10, else 0) of the weights `spec`."""
+    def distances(self, spec: dict) -> np.ndarray:
+        """[Q, N] each query's distance to each view under the weights `spec`."""
         pw = np.array([v for *_, v in spec["pairs"]]) * np.asarray(self.observable, bool)
         cw = np.array(list(spec["channels"].values()), np.float32)
         d = np.einsum("pcqn,p,c->qn", self.dist, pw, cw)
         if self.lexical is not None and spec["bm25"]:
             d = d + spec["bm25"] * (1.0 - self.lexical)
-        return reciprocal_ranks(d, self.truth)
+        return d
+
+    def reciprocal_ranks(self, spec: dict) -> np.ndarray:
+        """Per-query 1/rank (within the top 10, else 0) of the weights `spec`."""
+        return reciprocal_ranks(self.distances(spec), self.truth)
 
     def mrr(self, spec: dict) -> float:
         """MRR@10 of the weights `spec`."""
