@@ -2,8 +2,7 @@
 
 Label-free training selects its channel and pair weights on mined queries (`weight_selection.select_by_rank`: the
 held-out and paraphrase slices). This script rebuilds those slices for a saved label-free model exactly as its
-training did (same tickets, mining config and seed; the reproduced selection is printed beside the recorded one,
-with how many queries tie with another view under it: copies of one ticket, whose ties float noise breaks),
+training did (same tickets, mining config and seed; the reproduced selection is printed beside the recorded one),
 with the condition that the held-out tickets pasted whole set on it when the training used one, ranks every
 combination of the weight grid on them, and scores the same combinations on a real target the selection never sees:
 
@@ -15,6 +14,9 @@ combination of the weight grid on them, and scores the same combinations on a re
 It prints the selected combination, BM25 alone and the best combination of each side, how the combinations the
 selection cannot tell apart (eligible, and within one standard error of the best eligible mined MRR@10) fare on
 the target, and the Spearman correlation of the two over the whole grid. A diagnostic: nothing here is selected on the target.
+Beside the reproduced selection it counts the queries that tie within 1e-4 with another view under it (copies of one
+ticket): float noise between the training run and this rebuild breaks such ties either way, so the reproduced MRR@10
+can differ a little from the recorded one.
 
     .venv/bin/python benchmarks/selection_agreement.py --model $TICKETREC_HOME/models/paper --kb seamonkey
     .venv/bin/python benchmarks/selection_agreement.py --model DIR --kb semeval   # trained on train-part2's tickets

@@ -55,16 +55,21 @@ def standard_error(values: np.ndarray) -> float:
     return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else 0.0
 
 
-def simplest_near_best(means: np.ndarray, tolerance: float, complexity: Callable[[int], object],
-                       eligible: np.ndarray | None = None) -> tuple[int, np.ndarray]:
-    """The rule every weight selection here applies (the one-standard-error rule, Breiman et al. 1984): among the
-    `eligible` combinations (all by default) whose mean is within `tolerance` of the best eligible mean, the least
-    complex (`complexity(i)`, smaller is simpler), then the higher mean, then the first. Returns (the chosen index,
-    the indices within `tolerance`)."""
+def near_best(means: np.ndarray, tolerance: float, eligible: np.ndarray | None = None) -> np.ndarray:
+    """The indices of the `eligible` combinations (all by default) whose mean is within `tolerance` of the best
+    eligible mean: those a selection cannot tell apart."""
     means = np.asarray(means, dtype=np.float64)
     ok = np.ones(means.size, bool) if eligible is None else np.asarray(eligible, bool)
     best = int(np.argmax(np.where(ok, means, -np.inf)))
-    near = np.flatnonzero(ok & (means >= means[best] - tolerance - 1e-12))
+    return np.flatnonzero(ok & (means >= means[best] - tolerance - 1e-12))
+
+
+def simplest_near_best(means: np.ndarray, tolerance: float, complexity: Callable[[int], object],
+                       eligible: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+    """The rule every weight selection here applies (the one-standard-error rule, Breiman et al. 1984): among the
+    combinations `near_best` gives, the least complex (`complexity(i)`, smaller is simpler), then the higher mean,
+    then the first. Returns (the chosen index, the indices within `tolerance`)."""
+    near = near_best(means, tolerance, eligible)
     return int(min(near, key=lambda i: (complexity(i), -means[i], i))), near
 
 
@@ -260,7 +265,7 @@ class GridRanking:
     def near(self) -> np.ndarray:
         """The eligible combinations within one standard error of the best: those the selection cannot tell
         apart, among which it takes the simplest."""
-        return simplest_near_best(self.means, self.stderr, lambda i: self.used[i], self.eligible)[1]
+        return near_best(self.means, self.stderr, self.eligible)
 
 
 def select_by_rank(slices: Sequence[RankedSlice], spec: dict, grid: dict, progress: bool = False,
