@@ -160,7 +160,8 @@ def test_recommendations_schema(engine_api, web_engine):
     scores = [r["raw_score"] for r in results]
     assert scores == sorted(scores, reverse=True)
     for r in results:
-        assert set(r) == {"rank", "score", "raw_score", "bm25", "shared_terms", "topics", "channel_shares", "ticket"}
+        assert set(r) == {"rank", "score", "raw_score", "bm25", "shared_terms", "topics", "channel_shares",
+                          "same_text_as", "ticket"}
         assert isinstance(r["score"], float) and 1.0 <= r["score"] <= 5.0
         assert isinstance(r["raw_score"], float) and 0.0 < r["raw_score"] <= 1.0
         assert r["bm25"] is None or isinstance(r["bm25"], float)

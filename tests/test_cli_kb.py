@@ -181,6 +181,49 @@ def test_subject_only_tickets_end_to_end(cli, tmp_path, tiny_model, monkeypatch)
     assert html.count('<article class="card') == 3 and 'class="facts"' not in html
 
 
+COPIES = EXPORT + ("104,Compressor  trips on HIGH vibration,CLOSED,The compressor tripped at start. \n"  # spaces, case
+                   "105,Compressor trips on high vibration,OPEN,The compressor tripped at start.\n")
+
+
+def test_copies_of_one_ticket_are_shown_as_one(cli, tmp_path, tiny_model, monkeypatch):
+    """Tickets that read the same under other ids (white space and case aside) keep their ranks and scores, but
+    the CLI, the API and the results page name the higher one instead of repeating the text and why."""
+    from web import create_app
+
+    from recommender.config import Settings
+
+    export = tmp_path / "bugs.csv"
+    export.write_text(COPIES, encoding="utf-8")
+    assert cli("import", export, "--map", "id=Issue id", "--map", "subject=Summary", "--quiet").exit_code == 0
+    monkeypatch.setenv("TICKETREC_MODEL", str(tiny_model[0]))
+    monkeypatch.setenv("TICKETREC_CANDIDATES", "0")
+    assert cli("index").exit_code == 0
+    results = json.loads(cli("recommend", "--subject", "compressor vibration trip", "-k", 5, "--json").output)["results"]
+    copies = {"101", "104", "105"}
+    by_id = {r["ticket"]["id"]: r for r in results}
+    assert set(by_id) == copies | {"102", "103"}
+    first = min(copies, key=lambda tid: by_id[tid]["rank"])
+    assert {tid: by_id[tid]["same_text_as"] for tid in by_id} == {
+        tid: (first if tid in copies and tid != first else None) for tid in by_id}
+    assert len({by_id[tid]["raw_score"] for tid in copies}) == 1  # one text, one score: the ranking is untouched
+    output = cli("recommend", "--subject", "compressor vibration trip", "-k", 5).output
+    line = f"    same subject, description and solution as result {by_id[first]['rank']} ({first})"
+    assert output.count(line) == 2 and output.count("    why: ") == 3
+
+    app = create_app({"TESTING": True, "WTF_CSRF_ENABLED": False, "TICKETREC_SETTINGS": Settings.from_env()})
+    client = app.test_client()
+    response = client.post("/api/v1/recommendations", json={"subject": "compressor vibration trip", "k": 5})
+    assert [r["same_text_as"] for r in response.get_json()["results"]] == [r["same_text_as"] for r in results]
+    html = client.post("/", data={"subject": "compressor vibration trip", "description": ""}).get_data(as_text=True)
+    assert html.count('<article class="card card-copy"') == 2 and html.count('<div class="why"') == 3
+    assert html.count(f'<a href="#result-{by_id[first]["rank"]}">{by_id[first]["rank"]}</a> (ticket {first}).') == 2
+    assert html.count('class="fb fb-yes') == 5  # a copy can still be judged
+    for tid in copies:  # a ticket's page: its copies among its neighbours copy it, whichever of them it is
+        page = client.get(f"/tickets/{tid}").get_data(as_text=True)
+        assert page.count("Same subject, description and solution as this ticket.") == 2, tid
+        assert page.count('<article class="card card-copy"') == 2
+
+
 RICH_EXPORT = """Ticket,Subject,Description,Solution
 Z1,Compressor trips on vibration,"<div style=""color:#333""><p>Tripped twice at start.</p><ul><li>bearing alarm</li><li>high vibration</li></ul></div>","<p>Re-align the coupling&nbsp;and check the bearing.</p>"
 Z2,Lube oil pressure low,<p>Alarm after the <b>filter</b> change.</p>,<p>Bleed the filter housing.</p>

@@ -234,7 +234,8 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
         },
         "Recommendation": {
             "type": "object", "additionalProperties": False,
-            "required": ["rank", "score", "raw_score", "bm25", "shared_terms", "topics", "channel_shares", "ticket"],
+            "required": ["rank", "score", "raw_score", "bm25", "shared_terms", "topics", "channel_shares",
+                         "same_text_as", "ticket"],
             "properties": {
                 "rank": {"type": "integer", "minimum": 1, "maximum": max_k},
                 "score": {"type": "number", "minimum": 1, "maximum": 5, "description": "Calibrated score, 1 to 5."},
@@ -256,6 +257,10 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                     "properties": {channel: {"type": "number", "minimum": 0, "maximum": 1}
                                    for channel in (*CHANNELS, "bm25")},
                 },
+                "same_text_as": {"type": ["string", "null"],
+                                 "description": "The id of a higher result of this answer whose subject, description "
+                                                "and solution read the same (white space and case aside): this "
+                                                "ticket is a copy of it. null for the first of its text."},
                 "ticket": {"$ref": "#/components/schemas/Ticket"},
             },
         },

@@ -21,6 +21,7 @@ from recommender.errors import TicketrecError
 from recommender.data.filters import TicketFilter
 from recommender.data.records import Query, Recommendation
 from recommender.data.store import Store, query_key
+from recommender.serving.engine import mark_copies
 
 #: How many recent queries the search page offers to reuse.
 RECENT_QUERIES = 8
@@ -146,9 +147,11 @@ class TicketrecServices:
         took_ms = (time.perf_counter() - started) * 1000.0
         results = list(answer.items)
         if exclude is not None:
+            left_out = [r.ticket for r in results if r.ticket.id == exclude]
             results = [r for r in results if r.ticket.id != exclude][:k]
             for rank, rec in enumerate(results, start=1):
                 rec.rank = rank
+            mark_copies(results, before=left_out)  # a copy of the left-out ticket copies it, not a result
         info = answer.info
         return RecommendResult(query, query_key(subject, description), results, took_ms, str(info.model_version),
                                str(info.index_version), info)

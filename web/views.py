@@ -12,7 +12,7 @@ from markupsafe import Markup
 
 from recommender.errors import InputError, TicketrecError
 from recommender.data.filters import TicketFilter
-from recommender.data.records import NO_SOLUTION, Recommendation
+from recommender.data.records import NO_SOLUTION, SAME_TEXT, Recommendation
 from recommender.data.store import Feedback
 from recommender.serving.engine import CHANNEL_LABELS, NO_CHANNEL_SETS_IT_APART, share_percentages
 
@@ -48,6 +48,9 @@ class ResultCard:
     why: list[dict[str, Any]] = field(default_factory=list)
     #: (column, value) of the ticket's metadata that TICKETREC_CARD_FIELDS names (status, resolution, dates, ...).
     facts: list[tuple[str, str]] = field(default_factory=list)
+    #: (rank, ticket id) of the higher result this one copies (`Recommendation.same_text_as`; rank None: the ticket
+    #: whose page this is): the card then shows that line instead of the text and why it would repeat.
+    same_as: tuple[int, str] | None = None
 
 
 #: At most this many metadata facts on a card, each value cut to this many characters.
@@ -92,12 +95,13 @@ def _why(shares: dict[str, float]) -> list[dict[str, Any]]:
 @bp.context_processor
 def _card_texts() -> dict[str, str]:
     return {"why_definition": WHY_DEFINITION, "no_channel_sets_it_apart": NO_CHANNEL_SETS_IT_APART,
-            "no_solution": NO_SOLUTION}
+            "no_solution": NO_SOLUTION, "same_text": SAME_TEXT}
 
 
 def _cards(answer: RecommendResult, given: dict[str, str]) -> list[ResultCard]:
     cards = []
     names = services().settings.card_fields
+    rank_of = {rec.ticket.id: rec.rank for rec in answer.results}
     for rec in answer.results:
         ticket = rec.ticket
         terms = list(rec.shared_terms)
@@ -106,6 +110,7 @@ def _cards(answer: RecommendResult, given: dict[str, str]) -> list[ResultCard]:
             solution=highlight(ticket.solution, terms), subject=highlight(ticket.subject, terms),
             description=highlight(ticket.description, terms), topics=_topic_chips(rec), shared=terms,
             given=given.get(ticket.id), why=_why(rec.channel_shares), facts=card_facts(ticket.metadata, names),
+            same_as=None if rec.same_text_as is None else (rank_of.get(rec.same_text_as), rec.same_text_as),
         ))
     return cards
 

@@ -164,7 +164,7 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
     tickets whose imported columns pass (e.g. --where status=RESOLVED,VERIFIED --where created>=2024-01), each
     scored as without it."""
     from ..data.filters import parse_filter
-    from ..data.records import NO_SOLUTION, Query
+    from ..data.records import NO_SOLUTION, SAME_TEXT, Query
     from ..errors import InputError
     from ..serving.engine import CHANNEL_LABELS, NO_CHANNEL_SETS_IT_APART, Recommender, share_percentages
     from ..serving.index import open_version
@@ -188,9 +188,13 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
         return
     if not answer.items:
         click.echo("no tickets in the index" if ticket_filter is None else f"no ticket passes {ticket_filter}")
+    rank_of = {r.ticket.id: r.rank for r in answer.items}
     for r in answer.items:
         t = r.ticket
         click.secho(f"{r.rank:>2}. [{r.score:.2f}] {t.id}: {t.subject}", bold=True)
+        if r.same_text_as is not None:  # a copy: its text and why are those of the result it copies
+            click.echo(f"    {SAME_TEXT} result {rank_of[r.same_text_as]} ({r.same_text_as})")
+            continue
         solution = one_line(t.solution, 300)
         click.echo(f"    solution: {solution or NO_SOLUTION}")
         if not solution and t.description.strip():  # then the description is what tells whether it fits

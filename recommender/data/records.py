@@ -92,6 +92,8 @@ def parse_json(text: str | bytes) -> Any:
 
 #: What the CLI and the web UI show in place of a ticket's empty SOLUTION.
 NO_SOLUTION = "(no solution recorded)"
+#: What they show for a result that copies a higher one (`Recommendation.same_text_as`), before naming it.
+SAME_TEXT = "same subject, description and solution as"
 
 
 @dataclass
@@ -108,6 +110,12 @@ class Ticket:
         """JSON-ready form: what the API answers for a ticket, alone or in a result."""
         return {"id": self.id, "subject": self.subject, "description": self.description, "solution": self.solution,
                 "metadata": dict(self.metadata)}
+
+    def text_key(self) -> tuple[str, str, str]:
+        """Its subject, description and solution with white space folded and case ignored: two tickets with one
+        key read the same to an engineer (copies of one record under two ids)."""
+        return tuple(" ".join((value or "").split()).casefold()  # type: ignore[return-value]
+                     for value in (self.subject, self.description, self.solution))
 
 
 @dataclass
@@ -172,6 +180,9 @@ class Recommendation:
     #: → its share of what sets this ticket apart from the query's typical candidate (shares sum to 1, or are
     #: all 0); channels the served model gives weight 0 are absent (`serving.scoring.channel_shares`).
     channel_shares: dict[str, float] = field(default_factory=dict)
+    #: The id of a higher result of the same answer whose subject, description and solution read the same
+    #: (`Ticket.text_key`): a copy of that ticket, shown as one (None for the first of its text).
+    same_text_as: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form used by the CLI and the API."""
@@ -183,5 +194,6 @@ class Recommendation:
             "shared_terms": list(self.shared_terms),
             "topics": list(self.topics),
             "channel_shares": {c: round(float(v), 4) for c, v in self.channel_shares.items()},
+            "same_text_as": self.same_text_as,
             "ticket": self.ticket.to_dict(),
         }

@@ -121,6 +121,18 @@ class Answer(Sequence[Recommendation]):
         return iter(self.items)
 
 
+def mark_copies(items: Sequence[Recommendation], before: Sequence[Ticket] = ()) -> None:
+    """Set each result's `same_text_as` to the id of the first higher result whose ticket reads the same
+    (`Ticket.text_key`), or of a ticket of `before` (shown above the results: a ticket page's own ticket), so that
+    copies of one record under several ids are shown as one; rankings do not change."""
+    first: dict[tuple[str, str, str], str] = {}
+    for ticket in before:
+        first.setdefault(ticket.text_key(), ticket.id)
+    for rec in items:
+        owner = first.setdefault(rec.ticket.text_key(), rec.ticket.id)
+        rec.same_text_as = None if owner == rec.ticket.id else owner
+
+
 def validate_query(query: Query, settings: Settings) -> None:
     """InputError for a query the engine cannot answer (empty, or a description that is too long)."""
     subject = (query.subject or "").strip()
@@ -288,6 +300,7 @@ class Recommender:
                 topics=result_topics(model, index.vectors, index.row_of[tid], n=3) if with_topics else [],
                 bm25=None if bm is None else float(bm), channel_shares=share,
             ))
+        mark_copies(out)
         timings["tickets"] += time.perf_counter() - t3
         timings["total"] = time.perf_counter() - t0
         prefilter = "none" if rows is None and bm25 is None else str(self._searcher_for(index).name)
