@@ -39,12 +39,11 @@ from ..errors import InputError
 from . import metrics as M
 from . import protocols as P
 from .experiments import BM25System, ModelSystem, Split, _evaluate_system, _export_word_vectors, _versions, fingerprint, slug
+from .report import BM25_NAME, ZERO_SHOT_NAME
 
 #: The headline figures of a CV report: (key in the row metrics, key of metrics.per_query_values, protocol).
 HEADLINE = [("official_map", "official_map", "rerank"), ("official_mrr", "official_mrr", "rerank"),
             ("official_p@1", "official_p@1", "rerank"), ("kb_map@10", "map@10", "kb"), ("kb_acc@10", "acc@10", "kb")]
-BM25_NAME = "BM25"
-ZERO_SHOT_NAME = "S zero-shot (MiniLM)"
 
 
 @dataclass

@@ -11,6 +11,11 @@ from typing import Any, Sequence
 
 from ..files import atomic_write_bytes, atomic_write_text
 
+#: The cross-validation's baseline rows, which its verdict and Δ tables compare every configuration against
+#: (`crossval` names its rows with them; they live here, where nothing of evaluation is imported).
+BM25_NAME = "BM25"
+ZERO_SHOT_NAME = "S zero-shot (MiniLM)"
+
 #: (key in a row's metrics, column header, format) — the columns of the Table 5 analogue.
 COLUMNS = [
     ("pearson", "r", "{:.3f}"), ("spearman", "ρ", "{:.3f}"), ("mse", "MSE", "{:.3f}"),
@@ -412,8 +417,7 @@ def render_cv_markdown(results: dict) -> str:
               "| configuration | " + " | ".join(h for _, h, _ in HEADLINE) + " |", "|---|" + "---|" * len(HEADLINE)]
     for r in rows:
         parts.append(f"| {r['name']} | " + " | ".join(_cv_cell(r, k, f) for k, _, f in HEADLINE) + " |")
-    baselines = ("BM25", "S zero-shot (MiniLM)")  # crossval's BM25_NAME and ZERO_SHOT_NAME, which the verdict compares
-    for base in baselines:
+    for base in (BM25_NAME, ZERO_SHOT_NAME):
         against = [r for r in rows if base in r["vs"]]
         if against:
             parts += ["", f"## Δ against {base} (95 % paired bootstrap interval)", "",
@@ -434,7 +438,7 @@ def render_cv_markdown(results: dict) -> str:
         beats = v["beats"]
         both = bool(beats) and all(beats.values())
         named = ", ".join(f"{b}: {'yes' if ok else 'no'}" for b, ok in beats.items())
-        missing = [b for b in baselines if b not in beats]
+        missing = [b for b in (BM25_NAME, ZERO_SHOT_NAME) if b not in beats]
         parts.append(f"The trained configuration with the best CV rerank MAP is **{v['winner']}**."
                      + (f" Beats each baseline (95 % interval of Δ above 0 on rerank MAP and KB MAP@10): {named}."
                         if beats else ""))
