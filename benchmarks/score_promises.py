@@ -1,7 +1,8 @@
 """Do the 1-5 scores keep their promises on a real knowledge base?
 
 Issue 12 promises that a ticket pasted as its own query comes first and scores >= 4.5, and that the best result of
-an off-topic query scores <= 2.5. This serves MODEL over the knowledge base exactly as `ticketrec serve` would
+an off-topic query scores <= 2.5. (A knowledge base that holds copies of one ticket under several ids ranks them
+together at one score, in either order: the table counts a ticket that comes right after its copies apart.) This serves MODEL over the knowledge base exactly as `ticketrec serve` would
 (`EngineRanker`: a store, an index built with the model, the engine's candidates and scoring, calibration) and
 asks it (a) the first N tickets pasted whole (subject and description; the ticket stays in the knowledge base)
 and (b) a few queries from other help desks' domains (printers, VPN, payroll, turbines), each with its description
@@ -59,11 +60,13 @@ def main() -> None:
         engine = ranker.engine
         pasted = paste_whole(engine, tickets[: args.pasted])
         first = sum(p.first for p in pasted)
+        first_of_text = sum(p.first_of_its_text for p in pasted)
         own_scores = np.array([p.own.score if p.own else 0.0 for p in pasted])
         tied = sum(shows_a_tie(p.top) for p in pasted)
-        print("| pasted tickets | first | own score >= 4.5 | own score min / median | top 10s with a tie |")
-        print("|---|---|---|---|---|")
-        print(f"| {len(own_scores)} | {first} | {int((own_scores >= 4.5).sum())} | "
+        print("| pasted tickets | first | first or after its copies | own score >= 4.5 | own score min / median "
+              "| top 10s with a tie |")
+        print("|---|---|---|---|---|---|")
+        print(f"| {len(own_scores)} | {first} | {first_of_text} | {int((own_scores >= 4.5).sum())} | "
               f"{own_scores.min():.2f} / {np.median(own_scores):.2f} | {tied} |\n")
         print("| off-topic query | best score | its raw g | best result | its score's shares | top 10: scores |")
         print("|---|---|---|---|---|---|")
@@ -111,6 +114,13 @@ class Pasted(NamedTuple):
     def first(self) -> bool:
         """Whether the ticket came first."""
         return self.top[0].ticket.id == self.ticket_id
+
+    @property
+    def first_of_its_text(self) -> bool:
+        """Whether the ticket came first, or right after copies of itself (the same subject, description and solution
+        under other ids, which score as it does: the engine marks it `same_text_as` the first)."""
+        own = self.own
+        return self.first or (own is not None and own.same_text_as == self.top[0].ticket.id)
 
     @property
     def own(self):

@@ -1,10 +1,10 @@
-"""benchmarks/score_promises.py: which knowledge bases it reads, and what counts as a tie."""
+"""benchmarks/score_promises.py: which knowledge bases it reads, what counts as a tie and as coming first."""
 from __future__ import annotations
 
 import json
 from types import SimpleNamespace
 
-from score_promises import OFF_TOPIC, knowledge_base_tickets, off_topic_queries, shows_a_tie
+from score_promises import OFF_TOPIC, Pasted, knowledge_base_tickets, off_topic_queries, shows_a_tie
 
 
 def test_a_tie_is_two_results_showing_the_same_score_at_two_decimals():
@@ -36,3 +36,15 @@ def test_each_off_topic_query_is_asked_with_its_description_and_as_its_subject_a
     queries = off_topic_queries()
     assert [(q.subject, q.description) for q in queries] == (
         [(s, d) for s, d in OFF_TOPIC] + [(s, "") for s, _ in OFF_TOPIC])
+
+
+def test_a_pasted_ticket_after_its_copies_is_first_of_its_text_only():
+    def result(tid, same_text_as=None):
+        return SimpleNamespace(ticket=SimpleNamespace(id=tid), same_text_as=same_text_as)
+
+    after_copy = Pasted("B", [result("A"), result("B", same_text_as="A"), result("C")])
+    assert not after_copy.first and after_copy.first_of_its_text
+    after_other = Pasted("B", [result("C"), result("A"), result("B", same_text_as="A")])  # its copy is not first
+    assert not after_other.first_of_its_text
+    assert Pasted("A", [result("A"), result("B", same_text_as="A")]).first_of_its_text
+    assert not Pasted("Z", [result("A")]).first_of_its_text  # not in its top 10
