@@ -50,7 +50,7 @@ class ResultCard:
     facts: list[tuple[str, str]] = field(default_factory=list)
     #: (rank, ticket id) of the higher result this one copies (`Recommendation.same_text_as`; rank None: the ticket
     #: whose page this is): the card then shows that line instead of the text and why it would repeat.
-    same_as: tuple[int, str] | None = None
+    same_as: tuple[int | None, str] | None = None
 
 
 #: At most this many metadata facts on a card, each value cut to this many characters.
