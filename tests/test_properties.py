@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from recommender.config import Settings
 from recommender.data.importers import load
 from recommender.data.records import MAX_ID_CHARS, Query, parse_json
-from recommender.data.store import Dataset, Store, query_key
+from recommender.data.store import Store, query_key
 from recommender.errors import InputError
 from recommender.lexical.analyzer import tokenize
 from recommender.serving.engine import validate_query
@@ -124,3 +124,20 @@ def test_parse_json_gives_a_value_or_an_input_error(text):
         parse_json(text)
     except InputError as exc:
         assert str(exc) and "\n" not in str(exc)
+
+
+@PROPERTY
+@given(st.lists(st.tuples(st.sampled_from(["Pump leak", "pump  LEAK", "Valve"]), st.sampled_from(["", "Oil.", "oil."]),
+                          st.sampled_from(["", "Reseal"])), max_size=10))
+def test_each_copy_names_the_first_result_of_its_text(texts):
+    """`mark_copies`: a result names the first higher result whose subject, description and solution read the same
+    (white space and case aside), and only such a one; the first of each text names none."""
+    from recommender.data.records import Recommendation, Ticket
+    from recommender.serving.engine import mark_copies
+
+    results = [Recommendation(Ticket(f"T{i}", *text), i + 1, 0.5, 3.0) for i, text in enumerate(texts)]
+    mark_copies(results)
+    folded = [tuple(" ".join(part.split()).lower() for part in text) for text in texts]
+    for i, rec in enumerate(results):
+        first = folded.index(folded[i])
+        assert rec.same_text_as == (None if first == i else f"T{first}")
