@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 
 from recommender.data import synthetic
-from recommender.data.records import Query, Ticket
+from recommender.data.records import Query
 from recommender.errors import InputError, ModelError
 from recommender.model.var_siamese import (VarSiamese, VarSiameseConfig, VarSiameseNet, gaussian_kl, kl_weight,
                                            ranker, wasserstein2)
