@@ -194,11 +194,14 @@ def test_copies_of_one_ticket_are_shown_as_one(cli, tmp_path, tiny_model, monkey
 
     export = tmp_path / "bugs.csv"
     export.write_text(COPIES, encoding="utf-8")
-    assert cli("import", export, "--map", "id=Issue id", "--map", "subject=Summary", "--quiet").exit_code == 0
+    result = cli("import", export, "--map", "id=Issue id", "--map", "subject=Summary", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "note: 3 tickets read the same as another under another id (1 group of the same" in result.stderr
     monkeypatch.setenv("TICKETREC_MODEL", str(tiny_model[0]))
     monkeypatch.setenv("TICKETREC_CANDIDATES", "0")
     assert cli("index").exit_code == 0
-    results = json.loads(cli("recommend", "--subject", "compressor vibration trip", "-k", 5, "--json").output)["results"]
+    answer = cli("recommend", "--subject", "compressor vibration trip", "-k", 5, "--json")
+    results = json.loads(answer.output)["results"]
     copies = {"101", "104", "105"}
     by_id = {r["ticket"]["id"]: r for r in results}
     assert set(by_id) == copies | {"102", "103"}

@@ -47,6 +47,7 @@ def import_(files, fmt: str, maps, mapping_file, html: str, prune: bool, yes: bo
         counts = store.import_dataset(data, prune=prune)
         total = store.stats()
     warn_if_not_english(data.tickets)
+    _note_copies(data.tickets)
     pruned = (f"; removed {_count(counts['removed'], 'ticket')} the files do not hold (with "
               f"{_count(counts['removed_pairs'], 'labelled pair')}, "
               f"{_count(counts['removed_feedback'], 'feedback judgement')})" if prune else "")
@@ -128,6 +129,19 @@ def remove(ids, ids_file, yes: bool) -> None:
 def _first(ids: list[str], n: int = 3) -> str:
     """The first `n` of `ids`, and ", ..." when there are more (a confirmation names what it is about)."""
     return ", ".join(ids[:n]) + (", ..." if len(ids) > n else "")
+
+
+def _note_copies(tickets) -> None:
+    """One line when some of `tickets` read the same as another of them under another id (`Ticket.text_key`): the
+    results name the first of such copies instead of showing its text again."""
+    from collections import Counter
+
+    groups = Counter(hash(t.text_key()) for t in tickets)  # hashes: no second copy of a large export's texts
+    sizes = [n for n in groups.values() if n > 1]
+    if sizes:
+        click.echo(f"note: {_count(sum(sizes), 'ticket')} read the same as another under another id "
+                   f"({_count(len(sizes), 'group')} of the same subject, description and solution, white space and "
+                   "case aside); results show such a copy as one line naming the first", err=True)
 
 
 def _count(n: int, noun: str, plural: str | None = None) -> str:
