@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..errors import InputError
+from .records import fold
 
 #: The operators, longest first (so that `>=` is not read as `>` … `=`).
 OPERATORS = ("!=", ">=", "<=", "=")
@@ -31,11 +32,6 @@ MAX_CONDITION_CHARS = 1000
 MAX_CHOICES = 30
 
 EXAMPLE = "status=RESOLVED,VERIFIED or created>=2024-01"
-
-
-def fold(value: Any) -> str:
-    """The form a field name or a value is compared in: text, white space collapsed, case folded."""
-    return " ".join(str(value).split()).casefold()
 
 
 def _scalars(value: Any) -> tuple[str, ...]:

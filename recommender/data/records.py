@@ -90,6 +90,12 @@ def parse_json(text: str | bytes) -> Any:
     return value
 
 
+def fold(value: Any) -> str:
+    """The form a text is compared in (a filter's field name or value, a ticket's field when copies are sought):
+    text, white space collapsed, case folded."""
+    return " ".join(str(value).split()).casefold()
+
+
 #: What the CLI and the web UI show in place of a ticket's empty SOLUTION.
 NO_SOLUTION = "(no solution recorded)"
 #: What they show for a result that copies a higher one (`Recommendation.same_text_as`), before naming it.
@@ -114,8 +120,7 @@ class Ticket:
     def text_key(self) -> tuple[str, str, str]:
         """Its subject, description and solution with white space folded and case ignored: two tickets with one
         key read the same to an engineer (copies of one record under two ids)."""
-        return tuple(" ".join((value or "").split()).casefold()  # type: ignore[return-value]
-                     for value in (self.subject, self.description, self.solution))
+        return fold(self.subject or ""), fold(self.description or ""), fold(self.solution or "")
 
 
 @dataclass
