@@ -1,16 +1,16 @@
 """Do the 1-5 scores keep their promises on a real knowledge base?
 
-Issue 12 promises that a ticket pasted as its own query comes first and scores >= 4.5, and that the best result of
-an off-topic query scores <= 2.5. (A knowledge base that holds copies of one ticket under several ids ranks them
-together at one score, in either order: the table counts a ticket that comes right after its copies apart.) This serves MODEL over the knowledge base exactly as `ticketrec serve` would
-(`EngineRanker`: a store, an index built with the model, the engine's candidates and scoring, calibration) and
-asks it (a) the first N tickets pasted whole (subject and description; the ticket stays in the knowledge base)
-and (b) a few queries from other help desks' domains (printers, VPN, payroll, turbines), each with its description
-and as its subject alone. With duplicate links (the SeaMonkey ones by default; `--links ""`: none) it also gives
-(c) what the scores say of real matches: each ticket of a link asks for its partner (the knowledge base minus
-itself, as `ticketrec evaluate --duplicates` ranks), and the partner's score and raw similarity g are summarised
-over the queries that find it in the top 10. The raw g beside each off-topic query's best score shows where it
-falls among the partners'.
+Issue 12 promises that a ticket pasted as its own query comes first and scores >= 4.5, and that the best result of an
+off-topic query scores <= 2.5. (A knowledge base that holds copies of one ticket under several ids ranks them
+together at one score, in either order: the table counts a ticket that comes right after its copies apart.) This
+serves MODEL over the knowledge base exactly as `ticketrec serve` would (`EngineRanker`: a store, an index built with
+the model, the engine's candidates and scoring, calibration) and asks it (a) the first N tickets pasted whole
+(subject and description; the ticket stays in the knowledge base) and (b) a few queries from other help desks'
+domains (printers, VPN, payroll, turbines), each with its description and as its subject alone. With duplicate links
+(the SeaMonkey ones by default; `--links ""`: none) it also gives (c) what the scores say of real matches: each
+ticket of a link asks for its partner (the knowledge base minus itself, as `ticketrec evaluate --duplicates` ranks),
+and the partner's score and raw similarity g are summarised over the queries that find it in the top 10. The raw g
+beside each off-topic query's best score shows where it falls among the partners'.
 
     .venv/bin/python benchmarks/score_promises.py --model M [--kb ../shared/data/seamonkey/SeaMonkey_bugs.csv]
         [--links ../shared/data/seamonkey/SeaMonkey_bugs-combined.csv] [--pasted 100]
