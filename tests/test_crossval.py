@@ -120,10 +120,17 @@ def test_tiny_cross_validation_end_to_end(tmp_path):
     md = (out / "report.md").read_text()
     assert "## Verdict" in md and "Selected weights per fold" in md and results["command"] in md
     assert len(list((out / "predictions").glob("fold*/*.rerank.pred"))) == 9
-    # each fold's saved model is the one evaluated: the weights its selection chose
+    # each fold's saved model is the one evaluated: the weights its selection chose, and its training report says so
+    # (the selection, and the calibration and figures of those weights, not of the fixed weights it trained with)
     for fold, h in enumerate(trained["weights"]["h"]["values"]):
         saved = TicketModel.load(out / "models" / f"fold{fold}-{CV.slug(trained['name'])}")
         assert saved.metric_spec()["channels"]["h"] == pytest.approx(h)
+        report = saved.meta["training"]
+        assert report["weight_selection"]["spec"] == saved.metric_spec()
+        assert report["weight_selection"]["weights"]["h"] == pytest.approx(h)
+        assert report["dev_source"].startswith("selection queries")
+        assert report["calibration"]["labelled_pairs"] > 0
+        assert 0.0 <= report["dev"]["map"] <= 100.0
 
 
 def test_cli_cv_rejects_a_single_fold(tmp_path):

@@ -232,12 +232,19 @@ def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: fl
     w = combos[pick]
     net.set_weights([w[k] for k in pair_keys], {c: w[c] for c in channels}, w.get("bm25"))
     model.invalidate()
-    from ..model.training import labelled_calibrator
+    from ..model.training import evaluate, labelled_calibrator
 
-    model.calibrator = labelled_calibrator(model, prepared, kb.tickets, scorer, int(model.meta.get("seed", 0)))[0]
+    model.calibrator, calibration = labelled_calibrator(model, prepared, kb.tickets, scorer,
+                                                        int(model.meta.get("seed", 0)))
     model.invalidate()
     weights = {c: float(w[c]) for c in all_channels} | {k: float(w[k]) for k in pair_keys}
-    return {"weights": weights, "rule": rule, **how}
+    chosen = {"weights": weights, "rule": rule, **how}
+    # the training report describes the model as saved: these weights, this calibrator, their selection figures
+    model.meta.setdefault("training", {}).update(
+        weight_selection={**chosen, "objective": "MAP of the selection queries", "spec": net.metric_spec()},
+        calibration=calibration, dev={k: v for k, v in evaluate(model, prepared).items() if k != "pairs"},
+        dev_source="selection queries (cross-validation: weights re-selected on them)")
+    return chosen
 
 
 # -- one fold --------------------------------------------------------------------------------------------------------

@@ -308,10 +308,12 @@ class PreparedPairs:
         return len(self.pairs)
 
 
-def _as_prepared(model: TicketModel, data: PairSet | PreparedPairs, progress: bool) -> PreparedPairs:
+def _as_prepared(model: TicketModel, data: PairSet | PreparedPairs, progress: bool,
+                 scorer: Bm25Scorer | None = None) -> PreparedPairs:
+    """`data` prepared with `model`; bare pairs get their lexical feature over `scorer` (default: their tickets)."""
     if isinstance(data, PreparedPairs):
         return data
-    lexical = lexical_features(data, data.tickets) if model.siamese_config.bm25 > 0 else None
+    lexical = lexical_features(data, scorer if scorer is not None else data.tickets) if model.siamese_config.bm25 > 0 else None
     return PreparedPairs.of(model, data, lexical, progress)
 
 
@@ -406,13 +408,15 @@ def fit(model: TicketModel, train: PairSet | PreparedPairs, dev: PairSet | Prepa
     """
     config = model.siamese_config
     tuned = copy.deepcopy(model)
-    train_data = _as_prepared(tuned, train, progress)
+    tickets = (train.pairs if isinstance(train, PreparedPairs) else train).tickets
+    # one BM25 over `train`'s tickets serves both the bare pairs' lexical feature and the calibration's
+    scorer = Bm25Scorer(tickets) if calibrate and config.bm25 > 0 else None
+    train_data = _as_prepared(tuned, train, progress, scorer)
     dev_data = _as_prepared(tuned, dev, progress) if dev is not None else None
     rows = _fit(tuned, train_data, dev_data, config.epochs if epochs is None else epochs,
                 config.lr if lr is None else lr, seed, progress)
     if calibrate:
-        tickets = train_data.pairs.tickets
-        scorer = Bm25Scorer(tickets) if train_data.lexical is not None else None
+        scorer = scorer if train_data.lexical is not None else None
         tuned.calibrator = labelled_calibrator(tuned, train_data, tickets, scorer, seed, progress)[0]
     tuned.invalidate()
     if history is not None:
