@@ -313,7 +313,9 @@ def _as_prepared(model: TicketModel, data: PairSet | PreparedPairs, progress: bo
     """`data` prepared with `model`; bare pairs get their lexical feature over `scorer` (default: their tickets)."""
     if isinstance(data, PreparedPairs):
         return data
-    lexical = lexical_features(data, scorer if scorer is not None else data.tickets) if model.siamese_config.bm25 > 0 else None
+    if model.siamese_config.bm25 <= 0:
+        return PreparedPairs.of(model, data, None, progress)
+    lexical = lexical_features(data, scorer if scorer is not None else data.tickets)
     return PreparedPairs.of(model, data, lexical, progress)
 
 
