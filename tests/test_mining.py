@@ -8,7 +8,8 @@ from recommender.data.records import NO, YES, Ticket
 from recommender.data.synthetic import generate
 from recommender.errors import InputError
 from recommender.model.augment import Augmenter, induce_synonyms, typo
-from recommender.model.mining import MIN_TICKETS, MiningConfig, mine_pairs, require_minable, split_ticket
+from recommender.model.mining import (MIN_TICKETS, MiningConfig, draw_excluding, mine_pairs, require_minable,
+                                      split_ticket)
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +139,22 @@ def test_paraphrase_queries_reword_a_held_out_subject_and_find_its_full_view(kb)
     assert not mine_pairs(kb, MiningConfig(held_out=0.2), seed=0).paraphrase_queries  # no augmenter: none
     off = mine_pairs(kb, MiningConfig(held_out=0.2, held_out_paraphrases=False), seed=0, augmenter=aug)
     assert not off.paraphrase_queries and _as_tuples(off) == _as_tuples(mined)  # the other pairs are unchanged
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 12, 600, 10_001, 25_000])
+def test_random_negatives_are_drawn_as_numpy_draws_them_from_the_other_rows(n):
+    # mining's random negatives: the same rows, and the same generator state after them, as numpy's choice over the
+    # array of the rows not excluded (what mining built for every query before), for small and large bases alike
+    for seed in range(40):
+        pick = np.random.default_rng(seed)
+        excluded = sorted({int(r) for r in pick.choice(n, min(n, int(pick.integers(0, 6))), replace=False)})
+        k = int(pick.integers(0, 5))
+        ours, numpys = np.random.default_rng(seed + 1), np.random.default_rng(seed + 1)
+        others = np.setdiff1d(np.arange(n), np.array(excluded, dtype=np.int64))
+        expected = [int(r) for r in numpys.choice(others, min(k, len(others)), replace=False)]
+        rows = draw_excluding(ours, n, excluded, k)
+        assert rows == expected and not set(rows) & set(excluded)
+        assert ours.integers(1 << 30) == numpys.integers(1 << 30)
 
 
 def test_too_few_tickets_or_no_negatives_refused():

@@ -209,6 +209,24 @@ def require_minable(tickets: Sequence[Ticket], config: MiningConfig | None = Non
     return usable
 
 
+def draw_excluding(rng: np.random.Generator, n: int, excluded: Sequence[int], k: int) -> list[int]:
+    """`min(k, …)` distinct rows of range(n) outside the few `excluded` ones, drawn without replacement: the draws
+    and the generator's state afterwards are those of `rng.choice(np.setdiff1d(np.arange(n), excluded), k,
+    replace=False)`, without building that array of n − len(excluded) rows for every query (which made mining grow
+    with the square of the knowledge base)."""
+    skip = sorted(set(int(e) for e in excluded))
+    remaining = n - len(skip)
+    rows = []
+    for i in rng.choice(remaining, min(k, remaining), replace=False):
+        row = int(i)  # the i-th row not excluded: step over each excluded row at or before it
+        for e in skip:
+            if e > row:
+                break
+            row += 1
+        rows.append(row)
+    return rows
+
+
 def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, seed: int = 0,
                augmenter: Augmenter | None = None) -> MinedPairs:
     """Mine training and held-out pairs from `tickets` (deterministic for a seed); raises InputError when the
@@ -242,11 +260,9 @@ def mine_pairs(tickets: Sequence[Ticket], config: MiningConfig | None = None, se
             pool = [int(r) for r in rows if r != own][: config.hard_pool]
             if pool:
                 chosen = [pool[i] for i in sorted(rng.choice(len(pool), min(n_hard, len(pool)), replace=False))]
-        others = np.setdiff1d(np.arange(n), np.array(chosen + [own], dtype=np.int64), assume_unique=False)
         hard = len(chosen)
         want = config.negatives - hard  # random ones fill in when too few tickets share a word
-        chosen += [int(r) for r in rng.choice(others, min(want, len(others)), replace=False)]
-        return chosen, hard
+        return chosen + draw_excluding(rng, n, chosen + [own], want), hard
 
     sides = {"train": ([], [], [], []), "held": ([], [], [], [])}
     truth: list[int] = []
