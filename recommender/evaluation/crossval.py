@@ -241,7 +241,7 @@ def select_weights(model, selection: Dataset, kb: Dataset, rule: str, margin: fl
     chosen = {"weights": weights, "rule": rule, **how}
     # the training report describes the model as saved: these weights, this calibrator, their selection figures
     model.meta.setdefault("training", {}).update(
-        weight_selection={**chosen, "objective": "MAP of the selection queries", "spec": net.metric_spec()},
+        weight_selection={**chosen, "objective": "map", "value": chosen["chosen"], "spec": net.metric_spec()},
         calibration=calibration, dev={k: v for k, v in evaluate(model, prepared).items() if k != "pairs"},
         dev_source="selection queries (cross-validation: weights re-selected on them)")
     return chosen

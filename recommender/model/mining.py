@@ -210,10 +210,10 @@ def require_minable(tickets: Sequence[Ticket], config: MiningConfig | None = Non
 
 
 def draw_excluding(rng: np.random.Generator, n: int, excluded: Sequence[int], k: int) -> list[int]:
-    """`min(k, …)` distinct rows of range(n) outside the few `excluded` ones, drawn without replacement: the draws
-    and the generator's state afterwards are those of `rng.choice(np.setdiff1d(np.arange(n), excluded), k,
-    replace=False)`, without building that array of n − len(excluded) rows for every query (which made mining grow
-    with the square of the knowledge base)."""
+    """k distinct rows of range(n) that are not among the few `excluded` ones (fewer when fewer remain), drawn
+    without replacement. The draws, and the generator's state after them, are those of `rng.choice(others, k,
+    replace=False)` over the array `others` of every row not excluded, which this does not build: built for every
+    mined query, that array made mining grow with the square of the knowledge base."""
     skip = sorted(set(int(e) for e in excluded))
     remaining = n - len(skip)
     rows = []
