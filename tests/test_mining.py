@@ -162,8 +162,17 @@ def test_too_few_tickets_or_no_negatives_refused():
     with pytest.raises(InputError, match=f"at least {MIN_TICKETS} tickets"):
         mine_pairs(tiny)
     subject_only = [Ticket(f"t{i}", f"subject {i}", "", "") for i in range(100)]
-    with pytest.raises(InputError, match="subject and a description or solution"):
+    with pytest.raises(InputError, match="subject and a description or solution") as refused:
         require_minable(subject_only)
+    # what is missing, and how to import it, named: not "import more tickets" to a help desk that has 100
+    assert "100 have a subject and nothing else" in str(refused.value)
+    assert "--map description=COLUMN" in str(refused.value) and "more tickets" not in str(refused.value)
+    no_subject = [Ticket(f"t{i}", "", f"description {i}", "") for i in range(60)] + subject_only[:10]
+    with pytest.raises(InputError, match="10 have a subject and nothing else; 60 have no subject") as refused:
+        require_minable(no_subject)
+    assert "--map subject=COLUMN" in str(refused.value)
+    with pytest.raises(InputError, match="Import more tickets"):
+        require_minable(tiny)
     with pytest.raises(InputError, match="positives alone"):
         MiningConfig(negatives=0)
     with pytest.raises(InputError, match="unknown mining option"):

@@ -202,10 +202,20 @@ def require_minable(tickets: Sequence[Ticket], config: MiningConfig | None = Non
     config = config or MiningConfig()
     usable = sum(1 for t in tickets if split_ticket(t, config.prefix_words) is not None)
     if usable < MIN_TICKETS:
+        no_subject = sum(1 for t in tickets if not (t.subject or "").strip())
+        subject_only = len(tickets) - usable - no_subject
+        missing = "; ".join(part for part in (
+            f"{subject_only} have a subject and nothing else" if subject_only else "",
+            f"{no_subject} have no subject" if no_subject else "") if part)
+        field = "description" if subject_only >= no_subject else "subject"
+        todo = ("Import more tickets (ticketrec import FILE)" if len(tickets) < MIN_TICKETS else
+                f"Import them again with the column that holds their {field} mapped (ticketrec import FILE --map "
+                f"{field}=COLUMN …; a ticket imported under an id already stored replaces it)")
         raise InputError(
             f"label-free training needs at least {MIN_TICKETS} tickets with a subject and a description or "
-            f"solution; the knowledge base has {usable} (of {len(tickets)} tickets). Import more tickets "
-            "(ticketrec import FILE), or give labelled pairs with --train FILE --no-mined")
+            f"solution (it learns from each ticket's subject asked against the rest of it); the knowledge base "
+            f"has {usable} (of {len(tickets)} tickets{': ' + missing if missing else ''}). {todo}, or give "
+            "labelled pairs with --train FILE --no-mined")
     return usable
 
 
