@@ -204,9 +204,8 @@ def require_minable(tickets: Sequence[Ticket], config: MiningConfig | None = Non
     if usable < MIN_TICKETS:
         no_subject = sum(1 for t in tickets if not (t.subject or "").strip())
         subject_only = len(tickets) - usable - no_subject
-        missing = "; ".join(part for part in (
-            f"{subject_only} have a subject and nothing else" if subject_only else "",
-            f"{no_subject} have no subject" if no_subject else "") if part)
+        missing = "; ".join(f"{count} {what}" for count, what in (
+            (subject_only, "have a subject and nothing else"), (no_subject, "have no subject")) if count)
         field = "description" if subject_only >= no_subject else "subject"
         todo = ("Import more tickets (ticketrec import FILE)" if len(tickets) < MIN_TICKETS else
                 f"Import them again with the column that holds their {field} mapped (ticketrec import FILE --map "
