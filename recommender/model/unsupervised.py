@@ -40,6 +40,7 @@ from .adaptation import keep_saved_encoder
 from .augment import vocabulary_augmenter
 from .bundle import TicketModel, _package_versions
 from .calibration import Calibrator
+from .encoder_base import memoised_sentence_vectors
 from .grid_ranks import MRR_K
 from .mined_adaptation import adapt_sentence_encoder
 from .mined_calibration import (CALIBRATION_BAND, BandSamples, band_is_no, band_negatives, band_position,
@@ -166,6 +167,7 @@ def _concat(a: PairSet, b: PairSet, repeat: int = 1) -> PairSet:
 # ---------------------------------------------------------------------------------------------------------------
 # the recipe
 # ---------------------------------------------------------------------------------------------------------------
+@memoised_sentence_vectors()
 def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None = None,
                          out_dir: str | Path | None = None, *, seed: int = 0, labelled: Dataset | None = None,
                          mining: MiningConfig | dict | None = None, word_vectors: str | Path | None = None,
