@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from ..data.store import Dataset
 from ..errors import InputError
+from ..model.encoder_base import memoised_sentence_vectors
 from . import metrics as M
 from . import protocols as P
 from .experiments import BM25System, ModelSystem, Split, _evaluate_system, _export_word_vectors, _versions, fingerprint, slug
@@ -263,6 +264,7 @@ class FoldSpec:
     configs: list[CvConfig]
 
 
+@memoised_sentence_vectors()
 def run_fold(pooled: Dataset, spec: FoldSpec) -> dict:
     """Train/select every config on the other folds and measure it on fold `spec.fold`: metrics, per-query values,
     selected weights; the predictions go to out/predictions/foldN/."""

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from ..config import default, usable_cpus
 from ..errors import InputError
+from ..model.encoder_base import memoised_sentence_vectors
 from ..data.records import Query, query_text
 from ..data.store import Dataset, Store
 from . import metrics as M
@@ -389,6 +390,7 @@ class RunSpec:
         return [self.seed + i for i in range(self.seeds)] if (row.headline and row.trained) else [self.seed]
 
 
+@memoised_sentence_vectors()
 def run_row(row: Row, splits: dict[str, Split], spec: RunSpec) -> dict:
     """Train (every seed of) one row, evaluate it on dev (and test) under both protocols and write every seed's
     predictions (`predictions/SPLIT/NAME-seedS.{rerank,kb}.{jsonl,pred}`); returns {"entry", "calibration", "note"}.
@@ -461,6 +463,7 @@ def default_jobs() -> int:
     return usable_cpus()
 
 
+@memoised_sentence_vectors()
 def run_rows(rows: Sequence[Row], splits: dict[str, Split], spec: RunSpec, jobs: int = 1,
              progress: bool = True) -> list[dict]:
     """Run `rows` (in `jobs` processes), one progress bar of rows done; results in the order of `rows`.
