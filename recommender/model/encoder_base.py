@@ -1,6 +1,6 @@
 """What every backend of the S channel's encoder shares (`pretrained.py` chooses and loads them): the encoder's
 face (`SentenceEncoder.encode`: cleaned text, each distinct text once, unit vectors, zero for empty text), the
-vectors kept for the length of a training (`memoised_sentence_vectors`), loading a local sentence-transformers
+vectors kept while a training or an evaluation runs (`memoised_sentence_vectors`), loading a local sentence-transformers
 directory offline, and file checksums."""
 from __future__ import annotations
 
