@@ -109,13 +109,14 @@ class SentenceEncoder:
         cleaned = [[clean(t) for t in texts] for texts, _ in groups]
         distinct = [list(dict.fromkeys(t for t in texts if t)) for texts in cleaned]
         memo = _active_memo(self)
-        known = [{} if memo is None else {t: v for t in unique if (v := memo.get(_memo_key(t, limit))) is not None}
-                 for unique, (_, limit) in zip(distinct, groups)]
+        keys = [{} if memo is None else {t: _memo_key(t, limit) for t in unique}
+                for unique, (_, limit) in zip(distinct, groups)]  # each digest once: the lookup and the store
+        known = [{t: v for t, key in ks.items() if (v := memo.get(key)) is not None} for ks in keys]
         missing = [[t for t in unique if t not in kn] for unique, kn in zip(distinct, known)]
         todo = [(m, limit) for m, (_, limit) in zip(missing, groups) if m]
         done = iter(self._encode_groups(todo, batch_size, progress) if todo else [])
         out = []
-        for texts, unique, kn, new, (_, limit) in zip(cleaned, distinct, known, missing, groups):
+        for texts, unique, ks, kn, new in zip(cleaned, distinct, keys, known, missing):
             vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
             if new:
                 vecs = np.asarray(next(done), dtype=np.float32)
@@ -126,7 +127,7 @@ class SentenceEncoder:
                 kn = kn | dict(zip(new, vecs))
                 if memo is not None:
                     with _MEMO_LOCK:
-                        memo.update((_memo_key(t, limit), v) for t, v in zip(new, vecs))
+                        memo.update((ks[t], v) for t, v in zip(new, vecs))
             if unique:
                 rows = [i for i, t in enumerate(texts) if t]
                 vectors[rows] = np.stack([kn[texts[i]] for i in rows])
