@@ -142,6 +142,69 @@ def test_a_ticket_pasted_as_the_query_is_explained_by_a_weighted_channel(served,
         assert best in weighted(spec) and top.channel_shares[best] > 0.0
 
 
+def a_word_few_tickets_share(engine, tickets, fewest: int) -> tuple[str, int]:
+    """(a subject word, how many tickets share it): at least `fewest` of them, fewer than the K candidates."""
+    index = engine.index
+    for ticket in tickets:
+        for word in ticket.subject.split():
+            rows, _ = engine.candidates(Query(word, ""), index, least=1)
+            if rows is not None and fewest <= len(rows) < engine.settings.candidates:
+                return word, len(rows)
+    raise AssertionError("no subject word of the tiny knowledge base is shared by that many tickets")
+
+
+def shares_against(engine, query: Query, answer, pool: np.ndarray) -> list[dict[str, float]]:
+    """The answer's shares against every ticket of `pool` (index rows), a candidate with its BM25, others 0."""
+    from recommender.serving.scoring import channel_distances, channel_shares
+
+    index = engine.index
+    rows, bm25 = engine.candidates(query, index, least=1)
+    every = np.zeros(len(index), np.float32)
+    every[rows] = bm25
+    result_rows = np.array([index.row_of[r.ticket.id] for r in answer])
+    d = channel_distances(index.metric_spec, engine.model_for(index).encode_queries([query]), index.vectors,
+                          np.concatenate([result_rows, pool]), np.concatenate([every[result_rows], every[pool]]),
+                          bm25_max=float(bm25.max()))
+    n = len(answer)
+    return channel_shares({c: v[:n] for c, v in d.items()}, {c: v[n:] for c, v in d.items()})
+
+
+def test_results_of_a_query_few_tickets_share_a_word_with_are_explained_against_every_ticket(served, tiny_model):
+    """With fewer candidates than K (every ticket sharing a word with the query), the typical candidate is the
+    typical ticket (those outside the candidates with no words in common), not the median of the few candidates,
+    which are mostly the results themselves: every result holds the query's word, so each has a words-in-common
+    share, where against the candidates the lower half of them had none. With a filter, the typical ticket of
+    those it keeps."""
+    from recommender.data.filters import TicketFilter
+    from recommender.serving.engine import result_channel_shares
+
+    settings, _, engine = served
+    if settings.candidates == 0:
+        pytest.skip("K = 0 scores every ticket: the candidates are the whole index already")
+    tickets = tiny_model[1].tickets
+    word, n = a_word_few_tickets_share(engine, tickets, fewest=4)
+    query, index = Query(word, ""), engine.index
+    answer = engine.recommend(query, k=n)
+    assert answer.info.candidates == n and len(answer) == n
+    assert all(r.channel_shares["bm25"] > 0 for r in answer), [r.channel_shares for r in answer]
+    for got, want in zip(answer, shares_against(engine, query, answer, np.arange(len(index)))):
+        assert got.channel_shares == pytest.approx(want, abs=1e-6)
+    # against the candidates alone (the reference before), some result had no words-in-common share
+    rows, bm25 = engine.candidates(query, index, least=1)
+    alone = result_channel_shares(index, engine.model_for(index).encode_queries([query]),
+                                  [(r.ticket.id, r.raw_score, r.bm25) for r in answer], rows, bm25)
+    assert any(s["bm25"] == 0 for s in alone)
+
+    # filtered: the tickets of the first result's subsystem
+    subsystem = answer[0].ticket.metadata["subsystem"]
+    where = TicketFilter.equal({"subsystem": subsystem})
+    passing = np.array([index.row_of[t.id] for t in tickets if t.metadata["subsystem"] == subsystem])
+    filtered = engine.recommend(query, k=1, where=where)
+    assert filtered.info.candidates < len(passing)  # those of the passing tickets that share the word
+    for got, want in zip(filtered, shares_against(engine, query, filtered, np.sort(passing))):
+        assert got.channel_shares == pytest.approx(want, abs=1e-6)
+
+
 def test_a_model_without_bm25_has_no_words_in_common_share(tmp_path, tiny_model):
     from recommender.model.bundle import TicketModel
 

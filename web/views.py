@@ -77,8 +77,8 @@ def card_facts(metadata: dict[str, Any], names: Sequence[str]) -> list[tuple[str
 
 #: The one-sentence definition of a share (the "why" line's tooltip; docs/internals.md says the same).
 WHY_DEFINITION = ("Each channel's share of how much closer this ticket is to your query than the typical candidate "
-                  "(the median of the tickets scored for it), channel by channel; a channel where it is no closer "
-                  "gets 0 %.")
+                  "(the median of the tickets scored for it, or of every ticket when only a few share a word with "
+                  "it), channel by channel; a channel where it is no closer gets 0 %.")
 
 
 def _why(shares: dict[str, float]) -> list[dict[str, Any]]:

@@ -287,7 +287,8 @@ class Recommender:
         t3 = time.perf_counter()
         raw = np.array([g for _, g, _ in best], dtype=np.float64)
         calibrated = model.calibrate(raw) if len(raw) else raw
-        shares = result_channel_shares(index, query_vecs, best, rows, bm25, bm25_max)
+        shares = result_channel_shares(index, query_vecs, best, rows, bm25, bm25_max,
+                                       pool=self._reference_pool(index, rows, where))
         out = []
         words, version_idf = query_words(query), index.bm25.word_idf
         idf_of = {word: version_idf(word) for word in dict.fromkeys(words)}  # once a query: they choose shared terms
@@ -432,6 +433,19 @@ class Recommender:
             return allowed[best], scores[best], top
         return allowed, scores if lexical else None, top
 
+    def _reference_pool(self, index, rows, where: TicketFilter | None) -> np.ndarray | None:
+        """The rows a result's "why" is measured against when the candidates `rows` are every ticket (of those
+        `where` keeps) that shares a word with the query, fewer than K: all those tickets, the ones outside `rows`
+        with no words in common; None when the candidates themselves are the reference (the BM25 top K, or every
+        ticket already). Without it, a query that few tickets share a word with had its results explained against
+        those few, mostly the results themselves ("LSTM 100 %" for a result that shares the query's rarest word)."""
+        k = self.settings.candidates
+        if rows is None or k <= 0 or len(rows) >= k:
+            return None
+        if where is None:
+            return np.arange(len(index), dtype=np.int64)
+        return np.flatnonzero(self.metadata_table(index).mask(where)).astype(np.int64)
+
     def _score(self, index, query_vecs, k: int, rows, bm25, bm25_max: float | None = None,
                ) -> tuple[list[tuple[str, float, float | None]], str, str | None]:
         """Top k as (ticket id, g, bm25): on the Celery workers when configured and healthy, else in-process
@@ -531,21 +545,31 @@ def share_percentages(shares: dict[str, float]) -> list[tuple[str, int]]:
     return [(c, p) for c, p in sorted(percent.items(), key=lambda cp: -cp[1]) if p > 0]
 
 
+def _evenly_spaced(n: int) -> np.ndarray:
+    """At most REFERENCE_SAMPLE positions of 0 … n − 1, evenly spaced (all of them when n is no more)."""
+    if n <= REFERENCE_SAMPLE:
+        return np.arange(n, dtype=np.int64)
+    return np.unique(np.linspace(0, n - 1, REFERENCE_SAMPLE).round().astype(np.int64))
+
+
 def result_channel_shares(index, query_vecs, best: Sequence[tuple[str, float, float | None]], rows=None,
-                          bm25=None, bm25_max: float | None = None) -> list[dict[str, float]]:
+                          bm25=None, bm25_max: float | None = None, pool=None) -> list[dict[str, float]]:
     """Each result's channel shares (`scoring.channel_shares`) against an evenly spaced sample of at most
     REFERENCE_SAMPLE of the query's scored candidates (`rows`, or every index row when None; `bm25` and `bm25_max`
-    as given to the scorer). One pass over the results and the sample, whichever path (in-process, Celery) scored
-    them."""
+    as given to the scorer); with `pool` (index rows holding every candidate, which are all of the pool's tickets
+    that share a word with the query), a sample of the pool instead, a ticket that is no candidate with BM25 0.
+    One pass over the results and the sample, whichever path (in-process, Celery) scored them."""
     from .scoring import channel_distances, channel_shares
 
     if not best:
         return []
     spec = index.metric_spec
-    n = len(index) if rows is None else len(rows)
-    positions = (np.arange(n, dtype=np.int64) if n <= REFERENCE_SAMPLE
-                 else np.unique(np.linspace(0, n - 1, REFERENCE_SAMPLE).round().astype(np.int64)))
-    reference_rows = positions if rows is None else np.asarray(rows, dtype=np.int64)[positions]
+    if pool is None:
+        positions = _evenly_spaced(len(index) if rows is None else len(rows))
+        reference_rows = positions if rows is None else np.asarray(rows, dtype=np.int64)[positions]
+    else:
+        pool = np.asarray(pool, dtype=np.int64)
+        reference_rows = pool[_evenly_spaced(len(pool))]
     result_rows = np.array([index.row_of[tid] for tid, _, _ in best], dtype=np.int64)
     all_bm25 = bm25_max = None
     if bm25 is not None:
@@ -556,7 +580,14 @@ def result_channel_shares(index, query_vecs, best: Sequence[tuple[str, float, fl
             result_bm25 = bm25[result_rows]
         else:  # the scorer returned each result's own BM25
             result_bm25 = np.array([0.0 if bm is None else bm for _, _, bm in best], dtype=np.float32)
-        all_bm25 = np.concatenate([result_bm25, bm25[positions]])
+        if pool is None:
+            reference_bm25 = bm25[positions]
+        else:  # a pooled ticket's BM25 where it is a candidate (the results came from `rows`: not empty), else 0
+            order = np.argsort(rows, kind="stable")
+            sorted_rows, sorted_bm25 = np.asarray(rows, dtype=np.int64)[order], bm25[order]
+            at = np.minimum(np.searchsorted(sorted_rows, reference_rows), len(sorted_rows) - 1)
+            reference_bm25 = np.where(sorted_rows[at] == reference_rows, sorted_bm25[at], 0.0).astype(np.float32)
+        all_bm25 = np.concatenate([result_bm25, reference_bm25])
     d = channel_distances(spec, query_vecs, index.vectors, np.concatenate([result_rows, reference_rows]), all_bm25,
                           bm25_max=bm25_max)
     k = len(best)
