@@ -276,11 +276,11 @@ class Recommender:
         timings["encode"] = time.perf_counter() - t0
 
         t1 = time.perf_counter()
-        bm25_max = None
+        bm25_max = allowed = None
         if where is None:
             rows, bm25 = self.candidates(query, index, least=k)
         else:
-            rows, bm25, bm25_max = self.filtered_candidates(query, index, where, least=k)
+            rows, bm25, bm25_max, allowed = self.filtered_candidates(query, index, where, least=k)
         timings["prefilter"] = time.perf_counter() - t1
 
         best, tickets, mode, reason = self._best_stored(index, query_vecs, k, rows, bm25, timings, where, bm25_max)
@@ -288,7 +288,7 @@ class Recommender:
         raw = np.array([g for _, g, _ in best], dtype=np.float64)
         calibrated = model.calibrate(raw) if len(raw) else raw
         shares = result_channel_shares(index, query_vecs, best, rows, bm25, bm25_max,
-                                       pool=self._reference_pool(index, rows, where))
+                                       pool=self._reference_pool(index, rows, allowed))
         out = []
         words, version_idf = query_words(query), index.bm25.word_idf
         idf_of = {word: version_idf(word) for word in dict.fromkeys(words)}  # once a query: they choose shared terms
@@ -408,43 +408,42 @@ class Recommender:
         return table.with_rows(rows.items()), unindexed | new
 
     def filtered_candidates(self, query: Query, index, where: TicketFilter, least: int = 1
-                            ) -> tuple[np.ndarray, np.ndarray | None, float | None]:
+                            ) -> tuple[np.ndarray, np.ndarray | None, float | None, np.ndarray]:
         """`candidates` among the tickets `where` keeps: (rows, their BM25, the query's BM25 maximum over the whole
-        index). The K best by BM25 of those sharing a word with the query (all of them when fewer than `least`
-        do, as `candidates` decides, or K = 0); the maximum is the one the unfiltered ranking normalises by, so a
-        ticket scores the same with a filter as without. InputError for a filter on a field no ticket has
-        (`MetadataTable.mask`)."""
+        index, every row `where` keeps). The K best by BM25 of those sharing a word with the query (all of them
+        when fewer than `least` do, as `candidates` decides, or K = 0); the maximum is the one the unfiltered
+        ranking normalises by, so a ticket scores the same with a filter as without. InputError for a filter on a
+        field no ticket has (`MetadataTable.mask`)."""
         from .scoring import top_k
 
         allowed = np.flatnonzero(self.metadata_table(index).mask(where)).astype(np.int64)
         k = self.settings.candidates
         lexical = weighs_bm25(index)
         if allowed.size == 0 or (k <= 0 and not lexical):
-            return allowed, None, None
+            return allowed, None, None, allowed
         try:
             dense = self._searcher_for(index).score_index(query_text(query), index).astype(np.float32)
         except ServiceUnavailable as exc:
             log.warning("BM25 searcher unavailable (%s); scoring the filtered tickets without it", exc)
-            return allowed, None, None
+            return allowed, None, None, allowed
         scores, top = dense[allowed], float(dense.max(initial=0.0))
         sharing = np.flatnonzero(scores > 0)
         if k > 0 and not scores_every_ticket(sharing.size, least, k, weighs_dense(index.metric_spec)):
             best = sharing[top_k(scores[sharing], k)]
-            return allowed[best], scores[best], top
-        return allowed, scores if lexical else None, top
+            return allowed[best], scores[best], top, allowed
+        return allowed, scores if lexical else None, top, allowed
 
-    def _reference_pool(self, index, rows, where: TicketFilter | None) -> np.ndarray | None:
-        """The rows a result's "why" is measured against when the candidates `rows` are every ticket (of those
-        `where` keeps) that shares a word with the query, fewer than K: all those tickets, the ones outside `rows`
-        with no words in common; None when the candidates themselves are the reference (the BM25 top K, or every
-        ticket already). Without it, a query that few tickets share a word with had its results explained against
-        those few, mostly the results themselves ("LSTM 100 %" for a result that shares the query's rarest word)."""
+    def _reference_pool(self, index, rows, allowed: np.ndarray | None) -> np.ndarray | None:
+        """The rows a result's "why" is measured against when the candidates `rows` are every ticket (of the rows
+        a filter keeps, `allowed`; None: no filter) that shares a word with the query, fewer than K: all those
+        tickets, the ones outside `rows` with no words in common; None when the candidates themselves are the
+        reference (the BM25 top K, or every ticket already). Without it, a query that few tickets share a word
+        with had its results explained against those few, mostly the results themselves ("LSTM 100 %" for a result
+        that shares the query's rarest word)."""
         k = self.settings.candidates
         if rows is None or k <= 0 or len(rows) >= k:
             return None
-        if where is None:
-            return np.arange(len(index), dtype=np.int64)
-        return np.flatnonzero(self.metadata_table(index).mask(where)).astype(np.int64)
+        return np.arange(len(index), dtype=np.int64) if allowed is None else allowed
 
     def _score(self, index, query_vecs, k: int, rows, bm25, bm25_max: float | None = None,
                ) -> tuple[list[tuple[str, float, float | None]], str, str | None]:
