@@ -117,6 +117,11 @@ def test_csv_pairs_file_defines_queries_and_pairs(tmp_path):
      "query id 'Q1' appears twice"),
     ("query_id,query_subject,query_description,ticket_id,score\nQ1,a,b,T1,5\nQ1,a,b,T1,3\n", "line 3",
      "appears twice with scores"),
+    # a quote never closed: read leniently, every later record became that one field (1 ticket of 4, silently)
+    ('id,subject\nT1,a\nT2,"unterminated\nT3,c\nT4,d\n', "line 3", "opens in this record and is never closed"),
+    ('id,subject,description\nT1,a,"two\nlines"\nT2,"b\nT3,c,d\n', "line 4", "never closed"),  # after a multi-line
+    ('id,subject,description\nT1,"Smith, J" Jr,b\n', "line 2", "goes on after its closing quote"),
+    ('id,"subject\nT1,a\n', "line 1", "never closed"),
 ])
 def test_csv_malformed(tmp_path, content, where, reason):
     path = tmp_path / "bad.csv"
@@ -509,6 +514,14 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def test_a_links_file_with_a_quote_never_closed_is_refused_at_its_line(tmp_path):
+    path = tmp_path / "links.csv"
+    path.write_text('a,b\n1,2\n3,"4\n5,6\n7,8\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"links.csv, line 3: a quoted field opens in this record and is never "
+                                         r"closed.*written twice"):
+        load_links(path, None)
 
 
 def test_a_rich_text_export_is_read_as_the_text_a_browser_shows(tmp_path):

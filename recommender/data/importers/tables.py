@@ -58,12 +58,32 @@ def _ticket_columns(parsed: Parsed, header: Sequence[str], found: str,
     return out
 
 
-def _numbered_rows(reader) -> Iterator[tuple[int, list[str]]]:
-    """(first line, row) of every row left in a csv reader (a quoted field may span lines)."""
-    start = reader.line_num + 1
-    for row in reader:
-        yield start, row
-        start = reader.line_num + 1
+class NumberedRows:
+    """(first line, row) of every row left in a csv reader (a quoted field may span lines); `start` is the first
+    line of the row being read, which a quoting error names."""
+
+    def __init__(self, reader):
+        self.reader = reader
+        self.start = reader.line_num + 1
+
+    def __iter__(self) -> Iterator[tuple[int, list[str]]]:
+        for row in self.reader:
+            yield self.start, row
+            self.start = self.reader.line_num + 1
+
+
+def quoting_error(exc: csv.Error) -> tuple[str, str]:
+    """(what is wrong, what to do) of a strict csv reader's error. The reader is strict because a lenient one reads
+    a quote that is never closed as a field that runs to the end of the file: every record after it imported as
+    one ticket's text, silently."""
+    message = str(exc)
+    if "unexpected end of data" in message:
+        return ("a quoted field opens in this record and is never closed (every line after it would be read as that "
+                "one field)", 'close the quote; a quote inside a quoted field is written twice ("")')
+    if "expected after" in message:
+        return ("a quoted field goes on after its closing quote",
+                'quote the whole field and write each quote inside it twice ("")')
+    return f"bad CSV ({message})", "fix the quoting"
 
 
 #: Field delimiters of exports besides the comma: spreadsheets in many locales save "CSV" with ";", and some
@@ -90,17 +110,19 @@ def parse_csv(parsed: Parsed, progress: bool) -> None:
         header_line.detach()
         raw.seek(0)
         text = io.TextIOWrapper(raw, encoding=encoding, newline="")
-        reader = csv.reader(text, delimiter=delimiter)
+        reader = csv.reader(text, delimiter=delimiter, strict=True)
+        rows = None
         try:
             header = next(reader, None)
             if header is None:
                 raise parsed.fail("line 1", "the file is empty", "add a header row and records")
-            parse_table(parsed, header, _numbered_rows(reader), "line", lambda: bar.update(raw.tell() - bar.n))
+            rows = NumberedRows(reader)
+            parse_table(parsed, header, iter(rows), "line", lambda: bar.update(raw.tell() - bar.n))
         except csv.Error as exc:
             if "field larger than field limit" in str(exc):
                 raise parsed.fail(f"line {reader.line_num}", f"a field has more than {csv.field_size_limit():,} "
                                                              "characters", "shorten it, or fix the quoting") from None
-            raise parsed.fail(f"line {reader.line_num}", f"bad CSV ({exc})", "fix the quoting") from None
+            raise parsed.fail(f"line {1 if rows is None else rows.start}", *quoting_error(exc)) from None
         except UnicodeDecodeError as exc:
             if encoding == "utf-16":
                 raise parsed.fail("the file", f"begins as UTF-16 but is not ({exc.reason})",
