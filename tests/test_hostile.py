@@ -205,7 +205,7 @@ def hostile_cli(hostile, monkeypatch):
                         "TICKETREC_CANDIDATES": "50", "TICKETREC_MAX_DESCRIPTION": str(LIMIT)}.items():
         monkeypatch.setenv(name, str(value))
     runner = CliRunner()
-    return lambda *args: runner.invoke(main, list(args))
+    return lambda *args, **options: runner.invoke(main, list(args), **options)
 
 
 def test_cli_recommend_answers_every_case_or_says_why_in_one_line(hostile_cli):
@@ -216,6 +216,31 @@ def test_cli_recommend_answers_every_case_or_says_why_in_one_line(hostile_cli):
         assert_clean_exit(result, case["id"])
         answered += result.exit_code == 0
     assert answered > 400
+
+
+#: What a terminal may take for a command (C0 but tab and line feed, DEL, C1); click's bold and reset codes aside.
+_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def test_cli_prints_stored_tickets_without_their_control_characters(hostile_cli):
+    """A ticket of an imported export holding a NUL, a bell or an escape sequence (the corpus's control cases,
+    stored as tickets) is printed by `recommend` and `search` with each control character a space, even to a
+    terminal (click passes escape sequences through there)."""
+    cases = [c for c in CASES if c["kind"] == "control" and storable(c)]
+    assert len(cases) > 50
+    printed: set[str] = set()
+    for case in cases:
+        subject, description = texts(case)
+        query = " ".join(_TERMINAL_CONTROL.sub(" ", f"{subject} {description}").split())[:300]  # the case's words
+        for args in (["recommend", "--subject", query, "-k", "20"], ["search", query]):
+            result = hostile_cli(*args, color=True)
+            assert result.exit_code == 0, (case["id"], result.output[-300:])
+            out = result.stdout.replace("\x1b[1m", "").replace("\x1b[0m", "")  # recommend's bold result lines
+            assert not _TERMINAL_CONTROL.search(out), (case["id"], args[0], out[:300])
+            printed |= {c["id"] for c in cases if re.search(rf"\b{c['id']}\b", out)}
+    held = {ch for c in cases if c["id"] in printed
+            for ch in _TERMINAL_CONTROL.findall(c["subject"] + c["description"])}
+    assert {"\x00", "\x07", "\x1b", "\x9b"} <= held  # the printed tickets held each kind
 
 
 def test_cli_search_refuses_a_lone_surrogate_in_one_line(hostile_cli):

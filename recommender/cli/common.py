@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import click
@@ -89,10 +90,17 @@ def column_mapping(maps, mapping_file) -> dict | None:
     return mapping
 
 
-def one_line(text: str, width: int) -> str:
-    """`text` folded to one line, cut to `width` characters with an ellipsis."""
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
+#: Characters a terminal may take for commands: the C0 controls but tab and line breaks, DEL, the C1 controls. An
+#: imported export can carry them (an escape sequence that retitles or clears the terminal, a bell, a NUL), and
+#: the CLI prints stored ticket text only through `one_line`, which makes each one a space.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str, width: int | None = None) -> str:
+    """`text` for a terminal: folded to one line, control characters as spaces (`_CONTROL`), cut to `width`
+    characters with an ellipsis (None: whole)."""
+    flat = " ".join(_CONTROL.sub(" ", text or "").split())
+    return flat if width is None or len(flat) <= width else flat[: width - 1].rstrip() + "…"
 
 
 def when(seconds: float | None) -> str:

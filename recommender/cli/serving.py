@@ -191,9 +191,9 @@ def recommend(text: str | None, subject: str, description: str, k: int, index_ve
     rank_of = {r.ticket.id: r.rank for r in answer.items}
     for r in answer.items:
         t = r.ticket
-        click.secho(f"{r.rank:>2}. [{r.score:.2f}] {t.id}: {t.subject}", bold=True)
+        click.secho(f"{r.rank:>2}. [{r.score:.2f}] {one_line(t.id)}: {one_line(t.subject)}", bold=True)
         if r.same_text_as is not None:  # a copy: its text and why are those of the result it copies
-            click.echo(f"    {SAME_TEXT} result {rank_of[r.same_text_as]} ({r.same_text_as})")
+            click.echo(f"    {SAME_TEXT} result {rank_of[r.same_text_as]} ({one_line(r.same_text_as)})")
             continue
         solution = one_line(t.solution, 300)
         click.echo(f"    solution: {solution or NO_SOLUTION}")

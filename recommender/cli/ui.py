@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..errors import TicketrecError
-from .common import main, open_store, settings
+from .common import main, one_line, open_store, settings
 
 
 @main.command()
@@ -85,8 +85,8 @@ def demo(n_tickets: int, n_queries: int, seed: int, pretrained: bool, host: str,
         results = Recommender(cfg, store=store, model=model).recommend(sample, k=3)
         click.secho(f"sample query: {sample.subject}", bold=True)
         for r in results:
-            solution = " ".join(r.ticket.solution.split())[:100]
-            click.echo(f"  {r.rank}. [{r.score:.1f}/5] {r.ticket.subject} -> {solution}…")
+            solution = one_line(r.ticket.solution, 100)
+            click.echo(f"  {r.rank}. [{r.score:.1f}/5] {one_line(r.ticket.subject)} -> {solution}")
     finally:
         store.close()
     if then_serve:
