@@ -218,8 +218,9 @@ def test_cli_recommend_answers_every_case_or_says_why_in_one_line(hostile_cli):
     assert answered > 400
 
 
-#: What a terminal may take for a command (C0 but tab and line feed, DEL, C1); click's bold and reset codes aside.
-_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: What a terminal may take for a command (C0 but tab and line breaks, DEL, C1; a progress bar's carriage return is
+#: its own); click's style codes aside.
+_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def test_cli_prints_stored_tickets_without_their_control_characters(hostile_cli):
@@ -422,6 +423,18 @@ def test_csv_errors_name_columns_of_a_real_header(tmp_path):
     repeated.write_text("id,subject,Subject\n1,a,b\n", encoding="utf-8")
     with pytest.raises(InputError, match="line 1, column 3: the column name 'Subject' repeats column 2"):
         load(repeated)
+
+
+def test_cli_errors_and_warnings_print_no_control_character_of_what_they_quote(tmp_path, monkeypatch):
+    """An error or warning line quotes a file name or stored text (a metadata value, a column): its control
+    characters reach the terminal as spaces."""
+    monkeypatch.setenv("TICKETREC_HOME", str(tmp_path / "home"))
+    hostile = tmp_path / "tickets\x1b]0;pwned\x07\x9b2J.csv"
+    hostile.write_text("", encoding="utf-8")
+    result = CliRunner().invoke(main, ["import", str(hostile)], color=True)
+    assert result.exit_code == 1 and "the file is empty" in result.stderr
+    assert not _TERMINAL_CONTROL.search(result.stderr.replace("\x1b[31m", "").replace("\x1b[0m", "")), result.stderr
+    assert "tickets ]0;pwned  2J.csv" in result.stderr
 
 
 def test_csv_export_neutralises_formula_cells():

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 
 import click
 
 from ..config import Settings
 from ..data.markup import HTML_MODES, HTML_SHARE
-from ..errors import TicketrecError
+from ..errors import TicketrecError, printable
 
 
 class _Group(click.Group):
@@ -19,7 +18,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except TicketrecError as exc:
-            click.secho(f"error: {exc}", fg="red", err=True)
+            click.secho(f"error: {printable(str(exc))}", fg="red", err=True)  # it may quote stored text
             sys.exit(1)
         except KeyboardInterrupt:
             click.secho("interrupted; nothing half-written was kept", fg="yellow", err=True)
@@ -51,7 +50,7 @@ def echo_json(data) -> None:
 
 def warn(message: str) -> None:
     """A one-line warning on stderr."""
-    click.secho(f"warning: {message}", fg="yellow", err=True)
+    click.secho(f"warning: {printable(message)}", fg="yellow", err=True)
 
 
 #: `--html` of the commands that read a help desk's export (`ticketrec import`, `evaluate --kb`).
@@ -90,16 +89,10 @@ def column_mapping(maps, mapping_file) -> dict | None:
     return mapping
 
 
-#: Characters a terminal may take for commands: the C0 controls but tab and line breaks, DEL, the C1 controls. An
-#: imported export can carry them (an escape sequence that retitles or clears the terminal, a bell, a NUL), and
-#: the CLI prints stored ticket text only through `one_line`, which makes each one a space.
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-
-
 def one_line(text: str, width: int | None = None) -> str:
-    """`text` for a terminal: folded to one line, control characters as spaces (`_CONTROL`), cut to `width`
+    """`text` for a terminal: folded to one line, control characters as spaces (`errors.printable`), cut to `width`
     characters with an ellipsis (None: whole)."""
-    flat = " ".join(_CONTROL.sub(" ", text or "").split())
+    flat = " ".join(printable(text).split())
     return flat if width is None or len(flat) <= width else flat[: width - 1].rstrip() + "…"
 
 

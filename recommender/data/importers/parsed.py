@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 from tqdm import tqdm
 
 from ...config import Settings, default
-from ...errors import InputError
+from ...errors import InputError, printable
 from ..records import LABEL_SCORES, LabeledPair, Query, Ticket, check_id, check_text
 from ..store import Feedback
 
@@ -230,7 +230,8 @@ def feedback_field(parsed: Parsed, where: str, record: dict) -> Feedback:
 def progress_bar(path: Path, enabled: bool) -> tqdm:
     """A progress bar over the bytes of the file being read (shown only when `enabled`)."""
     size = path.stat().st_size
-    return tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {path.name}", disable=not enabled, leave=False)
+    return tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {printable(path.name)}", disable=not enabled,
+                leave=False)
 
 
 def column_names(names: Sequence[str], limit: int = 40) -> str:

@@ -6,6 +6,7 @@ from typing import Any, Iterator
 
 from tqdm import tqdm
 
+from ...errors import printable
 from .parsed import Parsed, shown
 from .tables import parse_table
 
@@ -77,7 +78,7 @@ def parse_xlsx(parsed: Parsed, progress: bool) -> None:
                     row = row[:width]
                 yield number, row + [""] * (width - len(row))
 
-        with tqdm(total=sheet.max_row, desc=f"reading {parsed.path.name}", unit="row", disable=not progress,
+        with tqdm(total=sheet.max_row, desc=f"reading {printable(parsed.path.name)}", unit="row", disable=not progress,
                   leave=False) as bar:
             parse_table(parsed, header, numbered(), "row", lambda: bar.update(1))
     finally:
