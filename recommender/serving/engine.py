@@ -570,7 +570,7 @@ def result_channel_shares(index, query_vecs, best: Sequence[tuple[str, float, fl
         pool = np.asarray(pool, dtype=np.int64)
         reference_rows = pool[_evenly_spaced(len(pool))]
     result_rows = np.array([index.row_of[tid] for tid, _, _ in best], dtype=np.int64)
-    all_bm25 = bm25_max = None
+    all_bm25 = None
     if bm25 is not None:
         bm25 = np.asarray(bm25, dtype=np.float32)
         if bm25_max is None:
