@@ -316,6 +316,27 @@ def test_import_cuts_long_fields_and_warns_once(tmp_path):
     small = Settings.from_env({"TICKETREC_HOME": str(tmp_path), "TICKETREC_MAX_FIELD_CHARS": "50",
                                "TICKETREC_MAX_SUBJECT_CHARS": "5"})
     assert {len(t.subject) + len(t.description) for t in load(path, warn=warnings.append, settings=small).tickets} == {55, 15}
+    # the same tickets as CSV: read (past the csv module's own 131,072-character field limit) and cut alike
+    table = tmp_path / "big.csv"
+    with open(table, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "subject", "description", "solution"])
+        writer.writerows([t["id"], t["subject"], t["description"], t["solution"]]
+                         for t in map(json.loads, path.read_text(encoding="utf-8").splitlines()))
+    warnings.clear()
+    data = load(table, warn=warnings.append, settings=Settings.from_env({"TICKETREC_HOME": str(tmp_path)}))
+    assert {t.id: (len(t.subject), len(t.description), len(t.solution)) for t in data.tickets} == lengths
+    assert len(warnings) == 1 and warnings[0].startswith("3 tickets had a field longer than the import limits")
+
+
+def test_a_csv_field_longer_than_the_reader_takes_is_refused_at_its_records_line(tmp_path):
+    from recommender.data.importers import load
+    from recommender.data.importers.tables import CSV_FIELD_CHARS
+
+    path = tmp_path / "huge.csv"
+    path.write_text(f"id,subject,description\nA,ok,fine\nB,huge,{'d' * (CSV_FIELD_CHARS + 1)}\n", encoding="utf-8")
+    with pytest.raises(InputError, match=rf"huge.csv, line 3: a field has more than {CSV_FIELD_CHARS:,} characters"):
+        load(path)
 
 
 def test_a_2mb_ticket_is_encoded_with_bounded_inputs(kb_home, tiny_ticket_model, monkeypatch):

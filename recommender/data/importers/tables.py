@@ -86,6 +86,12 @@ def quoting_error(exc: csv.Error) -> tuple[str, str]:
     return f"bad CSV ({message})", "fix the quoting"
 
 
+#: The longest CSV field read (characters); a longer one is refused. Python's csv module stops at 131,072, which a
+#: bug tracker's pasted log exceeds; such a field is read and then cut to the import limits like a JSONL one
+#: (`Settings.max_field_chars`, with a warning). The bound stays: a quote never closed reads at most this much of
+#: the file before it is refused.
+CSV_FIELD_CHARS = 16 * 1024 * 1024
+
 #: Field delimiters of exports besides the comma: spreadsheets in many locales save "CSV" with ";", and some
 #: tools write tab- or bar-separated files.
 OTHER_DELIMITERS = (";", "\t", "|")
@@ -110,6 +116,7 @@ def parse_csv(parsed: Parsed, progress: bool) -> None:
         header_line.detach()
         raw.seek(0)
         text = io.TextIOWrapper(raw, encoding=encoding, newline="")
+        csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_CHARS))  # process-wide, and only raised
         reader = csv.reader(text, delimiter=delimiter, strict=True)
         rows = None
         try:
@@ -119,10 +126,11 @@ def parse_csv(parsed: Parsed, progress: bool) -> None:
             rows = NumberedRows(reader)
             parse_table(parsed, header, iter(rows), "line", lambda: bar.update(raw.tell() - bar.n))
         except csv.Error as exc:
+            where = f"line {1 if rows is None else rows.start}"
             if "field larger than field limit" in str(exc):
-                raise parsed.fail(f"line {reader.line_num}", f"a field has more than {csv.field_size_limit():,} "
-                                                             "characters", "shorten it, or fix the quoting") from None
-            raise parsed.fail(f"line {1 if rows is None else rows.start}", *quoting_error(exc)) from None
+                raise parsed.fail(where, f"a field has more than {csv.field_size_limit():,} characters",
+                                  "shorten it, or fix the quoting") from None
+            raise parsed.fail(where, *quoting_error(exc)) from None
         except UnicodeDecodeError as exc:
             if encoding == "utf-16":
                 raise parsed.fail("the file", f"begins as UTF-16 but is not ({exc.reason})",
