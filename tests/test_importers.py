@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -697,6 +698,29 @@ def test_an_excel_export_reads_as_its_csv_would(tmp_path):
     bad = write_xlsx(tmp_path / "bad.xlsx", [["id", "subject"], ["T1", "ok"], ["T1", "different"]])
     with pytest.raises(InputError, match=r"bad\.xlsx, row 3: ticket id 'T1' appears twice with different content"):
         load(bad)
+
+
+def test_a_formula_the_workbook_holds_no_value_for_is_refused_and_a_computed_one_read(tmp_path):
+    """A workbook written by a program holds its formulas uncomputed; openpyxl computes nothing, so such a cell
+    read as an empty description, silently. It is refused at its cell; a formula with its value (as a spreadsheet
+    saves it) is read as that value."""
+    import zipfile
+
+    path = write_xlsx(tmp_path / "generated.xlsx", [["id", "subject", "description"], ["T1", "Valve leak", "Seal"],
+                                                    ["T2", "Pump noise", '="Bearing "&"worn"']])
+    with pytest.raises(InputError, match=r"generated\.xlsx, row 3, column C: a formula whose value the workbook "
+                                         r"does not hold.*open and save the workbook in a spreadsheet"):
+        load(path)
+    computed = tmp_path / "saved.xlsx"  # the same, with the value a spreadsheet stores beside the formula
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(computed, "w") as out:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename.startswith("xl/worksheets/"):
+                data, n = re.subn(rb'<c r="C3"([^>]*)><f>(.*?)</f>(<v\s*/>|<v></v>)?</c>',
+                                  rb'<c r="C3" t="str"><f>\2</f><v>Bearing worn</v></c>', data)
+                assert n == 1, data
+            out.writestr(item, data)
+    assert [t.description for t in load(computed).tickets] == ["Seal", "Bearing worn"]
 
 
 def test_a_file_that_is_not_a_workbook_is_refused_with_what_to_do(tmp_path):

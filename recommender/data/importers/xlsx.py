@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 from typing import Any, Iterator
 
 from tqdm import tqdm
@@ -48,6 +49,50 @@ def _check_workbook_parts(parsed: Parsed) -> None:
                                   "export the tickets as CSV (UTF-8) instead")
 
 
+#: A formula element in a worksheet part (`<f>`, `<f t="shared" …/>`, or with a namespace prefix).
+_FORMULA = re.compile(rb"<(?:\w+:)?f[\s>/]")
+
+
+def _holds_formulas(parsed: Parsed) -> bool:
+    """Whether any worksheet part of the workbook holds a formula (a streaming scan of its XML)."""
+    import zipfile
+
+    with zipfile.ZipFile(parsed.path) as archive:
+        for name in archive.namelist():
+            if not (name.startswith("xl/worksheets/") and name.endswith(".xml")):
+                continue
+            with archive.open(name) as part:
+                tail = b""
+                while chunk := part.read(1 << 20):
+                    if _FORMULA.search(tail + chunk):
+                        return True
+                    tail = chunk[-16:]
+    return False
+
+
+def _check_formulas_computed(parsed: Parsed) -> None:
+    """InputError at the first cell of the first sheet that holds a formula but no value for it: a workbook written
+    by a program and never opened in a spreadsheet, which openpyxl (it computes nothing) would read as an empty cell."""
+    from openpyxl import load_workbook
+    from openpyxl.utils import get_column_letter
+
+    formulas = load_workbook(parsed.path, read_only=True, data_only=False)
+    values = load_workbook(parsed.path, read_only=True, data_only=True)
+    try:
+        pairs = zip(formulas.worksheets[0].iter_rows(values_only=True),
+                    values.worksheets[0].iter_rows(values_only=True))
+        for number, (written, computed) in enumerate(pairs, 1):
+            for column, (formula, value) in enumerate(zip(written, computed), 1):
+                if value is None and isinstance(formula, str) and formula.startswith("="):
+                    raise parsed.fail(f"row {number}, column {get_column_letter(column)}",
+                                      "a formula whose value the workbook does not hold (it was written by a program "
+                                      "and never computed; read as it is, the cell would be empty)",
+                                      "open and save the workbook in a spreadsheet, or export the tickets as CSV")
+    finally:
+        formulas.close()
+        values.close()
+
+
 def parse_xlsx(parsed: Parsed, progress: bool) -> None:
     """The first worksheet of an Excel workbook, read as a CSV export of it would be (`parse_table`)."""
     import zipfile
@@ -57,6 +102,8 @@ def parse_xlsx(parsed: Parsed, progress: bool) -> None:
 
     try:
         _check_workbook_parts(parsed)
+        if _holds_formulas(parsed):
+            _check_formulas_computed(parsed)
         workbook = load_workbook(parsed.path, read_only=True, data_only=True)
     except (InvalidFileException, zipfile.BadZipFile, KeyError, ValueError) as exc:
         raise parsed.fail("the workbook", f"not an Excel workbook that can be read ({type(exc).__name__})",
