@@ -169,6 +169,7 @@ def shares_against(engine, query: Query, answer, pool: np.ndarray) -> list[dict[
     return channel_shares({c: v[:n] for c, v in d.items()}, {c: v[n:] for c, v in d.items()})
 
 
+@pytest.mark.parametrize("served", [20], indirect=True, ids=["K20"])  # K = 0: the candidates are every ticket
 def test_results_of_a_query_few_tickets_share_a_word_with_are_explained_against_every_ticket(served, tiny_model):
     """With fewer candidates than K (every ticket sharing a word with the query), the typical candidate is the
     typical ticket (those outside the candidates with no words in common), not the median of the few candidates,
@@ -179,8 +180,7 @@ def test_results_of_a_query_few_tickets_share_a_word_with_are_explained_against_
     from recommender.serving.engine import result_channel_shares
 
     settings, _, engine = served
-    if settings.candidates == 0:
-        pytest.skip("K = 0 scores every ticket: the candidates are the whole index already")
+    assert settings.candidates == 20
     tickets = tiny_model[1].tickets
     word, n = a_word_few_tickets_share(engine, tickets, fewest=4)
     query, index = Query(word, ""), engine.index
