@@ -517,6 +517,23 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def test_columns_a_spreadsheet_leaves_unnamed_at_the_end_are_ignored_where_empty(tmp_path):
+    """A spreadsheet's "Save as CSV" keeps columns past the last named one (",," on every line), as its workbook
+    does: read as the plain file, a workbook's way; a value in such a column is still an error."""
+    plain, saved = tmp_path / "plain.csv", tmp_path / "saved.csv"
+    plain.write_text("id,subject,description\nT1,Valve leak,Seal worn\nT2,Pump noise,\n", encoding="utf-8")
+    saved.write_text("id,subject,description,,\r\nT1,Valve leak,Seal worn,,\r\nT2,Pump noise,,,\r\n", encoding="utf-8")
+    assert load(saved).tickets == load(plain).tickets
+    stray = tmp_path / "stray.csv"
+    stray.write_text("id,subject,description,,\nT1,Valve leak,Seal,worn,\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"stray\.csv, line 2: the row has 5 fields but the header has 3"):
+        load(stray)
+    inner = tmp_path / "inner.csv"
+    inner.write_text("id,,subject\nT1,,Valve leak\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"line 1, column 2: the header has an empty column name"):
+        load(inner)
+
+
 def test_a_links_file_with_a_quote_never_closed_is_refused_at_its_line(tmp_path):
     path = tmp_path / "links.csv"
     path.write_text('a,b\n1,2\n3,"4\n5,6\n7,8\n', encoding="utf-8")

@@ -86,6 +86,20 @@ def quoting_error(exc: csv.Error) -> tuple[str, str]:
     return f"bad CSV ({message})", "fix the quoting"
 
 
+def named_width(header: Sequence[str]) -> int:
+    """How many columns the header names up to its last named one: a spreadsheet keeps columns past it (formatting,
+    a stray cell cleared) as empty names, in a workbook and in its "Save as CSV" alike."""
+    width = len(header)
+    while width and not str(header[width - 1]).strip():
+        width -= 1
+    return width
+
+
+def empty_tail_cut(row: list[str], width: int) -> list[str]:
+    """`row` without its cells past `width` when they are all empty (else as it is, for the field count to refuse)."""
+    return row[:width] if len(row) > width and not any(cell.strip() for cell in row[width:]) else row
+
+
 #: The longest CSV field read (characters); a longer one is refused. Python's csv module stops at 131,072, which a
 #: bug tracker's pasted log exceeds; such a field is read and then cut to the import limits like a JSONL one
 #: (`Settings.max_field_chars`, with a warning). The bound stays: a quote never closed reads at most this much of
@@ -124,7 +138,12 @@ def parse_csv(parsed: Parsed, progress: bool) -> None:
             if header is None:
                 raise parsed.fail("line 1", "the file is empty", "add a header row and records")
             rows = NumberedRows(reader)
-            parse_table(parsed, header, iter(rows), "line", lambda: bar.update(raw.tell() - bar.n))
+            records = iter(rows)
+            width = named_width(header)
+            if width < len(header):  # unnamed columns at the end: ignored where they are empty
+                header = header[:width]
+                records = ((number, empty_tail_cut(row, width)) for number, row in records)
+            parse_table(parsed, header, records, "line", lambda: bar.update(raw.tell() - bar.n))
         except csv.Error as exc:
             where = f"line {1 if rows is None else rows.start}"
             if "field larger than field limit" in str(exc):

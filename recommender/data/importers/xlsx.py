@@ -9,7 +9,7 @@ from tqdm import tqdm
 
 from ...errors import printable
 from .parsed import Parsed, shown
-from .tables import parse_table
+from .tables import empty_tail_cut, named_width, parse_table
 
 
 def _cell_text(value: Any) -> str:
@@ -112,8 +112,7 @@ def parse_xlsx(parsed: Parsed, progress: bool) -> None:
         sheet = workbook.worksheets[0]
         rows = ([_cell_text(v) for v in values] for values in sheet.iter_rows(values_only=True))
         header = next(rows, None)
-        while header and not header[-1].strip():  # columns past the last named one are formatting, not data
-            header.pop()
+        header = None if header is None else header[:named_width(header)]  # past the last named: formatting
         if not header:
             raise parsed.fail("row 1", f"the first sheet ({sheet.title!r}) is empty",
                               "put the header row and the records in the workbook's first sheet")
@@ -121,8 +120,7 @@ def parse_xlsx(parsed: Parsed, progress: bool) -> None:
 
         def numbered() -> Iterator[tuple[int, list[str]]]:
             for number, row in enumerate(rows, 2):
-                if len(row) > width and not any(cell.strip() for cell in row[width:]):
-                    row = row[:width]
+                row = empty_tail_cut(row, width)
                 yield number, row + [""] * (width - len(row))
 
         with tqdm(total=sheet.max_row, desc=f"reading {printable(parsed.path.name)}", unit="row", disable=not progress,
