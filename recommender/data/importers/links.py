@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 
 from ...errors import InputError
 from .parsed import Warn, log, shown, text_encoding, undecodable_where
-from .tables import NumberedRows, found_columns, quoting_error
+from .tables import UNCLOSED_QUOTE, NumberedRows, found_columns, refuse_unclosed_quote
 
 
 def load_links(path: str | Path, columns: Sequence[str] | None = None, *, known_ids: Iterable[str] | None = None,
@@ -34,14 +34,15 @@ def load_links(path: str | Path, columns: Sequence[str] | None = None, *, known_
                 dialect = csv.Sniffer().sniff(sample, delimiters=",;\t")
             except csv.Error:
                 dialect = csv.excel
-            numbered = NumberedRows(csv.reader(fh, dialect, strict=True))  # strict: see `tables.quoting_error`
+            numbered = NumberedRows(csv.reader(fh, dialect))
             rows = [row for _, row in numbered if any(cell.strip() for cell in row)]
+        refuse_unclosed_quote(path, encoding, numbered, lambda where: InputError(
+            f"{path}, {where}: {'; '.join(UNCLOSED_QUOTE)}"), dialect=dialect)
     except UnicodeDecodeError as exc:
         where = "begins as UTF-16 but is not" if encoding == "utf-16" else f"{undecodable_where(path)}: not UTF-8"
         raise InputError(f"{path}, {where} ({exc.reason}); save the links file as UTF-8") from None
     except csv.Error as exc:
-        what, todo = quoting_error(exc)
-        raise InputError(f"{path}, line {numbered.start}: {what}; {todo}") from None
+        raise InputError(f"{path}, line {numbered.start}: bad CSV ({exc}); fix the quoting") from None
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from exc
     if not rows:

@@ -7,6 +7,7 @@ import io
 import itertools
 from typing import Callable, Iterable, Iterator, Sequence
 
+from ...errors import InputError
 from ..records import LabeledPair
 from .parsed import (JOINED_COLUMNS, PAIR_COLUMNS, TICKET_COLUMNS, TO_UTF8, Parsed, column_names, id_field,
                      progress_bar, query_field, score_field, shown, text_encoding, ticket_field, undecodable_where)
@@ -60,30 +61,56 @@ def _ticket_columns(parsed: Parsed, header: Sequence[str], found: str,
 
 class NumberedRows:
     """(first line, row) of every row left in a csv reader (a quoted field may span lines); `start` is the first
-    line of the row being read, which a quoting error names."""
+    line of the row being read, `last` that of the last row read (None before one)."""
 
     def __init__(self, reader):
         self.reader = reader
         self.start = reader.line_num + 1
+        self.last: int | None = None
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
         for row in self.reader:
+            self.last = self.start
             yield self.start, row
             self.start = self.reader.line_num + 1
 
 
-def quoting_error(exc: csv.Error) -> tuple[str, str]:
-    """(what is wrong, what to do) of a strict csv reader's error. The reader is strict because a lenient one reads
-    a quote that is never closed as a field that runs to the end of the file: every record after it imported as
-    one ticket's text, silently."""
-    message = str(exc)
-    if "unexpected end of data" in message:
-        return ("a quoted field opens in this record and is never closed (every line after it would be read as that "
-                "one field)", 'close the quote; a quote inside a quoted field is written twice ("")')
-    if "expected after" in message:
-        return ("a quoted field goes on after its closing quote",
-                'quote the whole field and write each quote inside it twice ("")')
-    return f"bad CSV ({message})", "fix the quoting"
+#: What to say of a quote never closed (`ends_inside_quotes`): (what is wrong, what to do).
+UNCLOSED_QUOTE = ("a quoted field opens in this record and is never closed (every line after it would be read as that "
+                  "one field)", 'close the quote; a quote inside a quoted field is written twice ("")')
+
+
+def ends_inside_quotes(lines: Iterable[str], **dialect) -> bool:
+    """Whether `lines`, read as CSV from the start of a record, end inside a quoted field.
+
+    The import reads CSV leniently, as exports are written: a quote inside a field that was not quoted as a whole
+    (`"Save" fails` in a tool's TSV) is taken as text. But a lenient reader takes a quote that is never closed as a
+    field running to the end of the file, every record after it imported as that one field's text, silently; such a
+    field is always in the file's last record, which the import reads again strictly with this."""
+    try:
+        for _ in csv.reader(lines, strict=True, **dialect):
+            pass
+    except csv.Error as exc:
+        return "unexpected end of data" in str(exc)
+    return False
+
+
+def last_record_open(path, encoding: str, rows: NumberedRows, **dialect) -> int | None:
+    """The first line of the last record read (the header's when no row was) when it spans lines and, read again
+    from there strictly, ends inside a quoted field (`ends_inside_quotes`); None otherwise."""
+    last = rows.last or 1
+    if last >= rows.reader.line_num:  # one line: a quote in it swallowed nothing
+        return None
+    with open(path, encoding=encoding, newline="") as fh:
+        return last if ends_inside_quotes(itertools.islice(fh, last - 1, None), **dialect) else None
+
+
+def refuse_unclosed_quote(path, encoding: str, rows: NumberedRows, fail: Callable[[str], Exception],
+                          **dialect) -> None:
+    """Raise `fail(where)` when the last record read ends inside a quoted field (`last_record_open`)."""
+    opened = last_record_open(path, encoding, rows, **dialect)
+    if opened is not None:
+        raise fail(f"line {opened}")
 
 
 def named_width(header: Sequence[str]) -> int:
@@ -131,25 +158,32 @@ def parse_csv(parsed: Parsed, progress: bool) -> None:
         raw.seek(0)
         text = io.TextIOWrapper(raw, encoding=encoding, newline="")
         csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_CHARS))  # process-wide, and only raised
-        reader = csv.reader(text, delimiter=delimiter, strict=True)
-        rows = None
+        reader = csv.reader(text, delimiter=delimiter)  # lenient, then the last record checked: `ends_inside_quotes`
+        rows = NumberedRows(reader)
         try:
             header = next(reader, None)
             if header is None:
                 raise parsed.fail("line 1", "the file is empty", "add a header row and records")
-            rows = NumberedRows(reader)
+            rows.start = reader.line_num + 1
             records = iter(rows)
             width = named_width(header)
             if width < len(header):  # unnamed columns at the end: ignored where they are empty
                 header = header[:width]
                 records = ((number, empty_tail_cut(row, width)) for number, row in records)
-            parse_table(parsed, header, records, "line", lambda: bar.update(raw.tell() - bar.n))
+            def unclosed(where: str) -> InputError:
+                return parsed.fail(where, *UNCLOSED_QUOTE)
+
+            try:
+                parse_table(parsed, header, records, "line", lambda: bar.update(raw.tell() - bar.n))
+            except InputError:  # the record it names may be one that a quote never closed ran into
+                refuse_unclosed_quote(parsed.path, encoding, rows, unclosed, delimiter=delimiter)
+                raise
+            refuse_unclosed_quote(parsed.path, encoding, rows, unclosed, delimiter=delimiter)
         except csv.Error as exc:
-            where = f"line {1 if rows is None else rows.start}"
             if "field larger than field limit" in str(exc):
-                raise parsed.fail(where, f"a field has more than {csv.field_size_limit():,} characters",
+                raise parsed.fail(f"line {rows.start}", f"a field has more than {csv.field_size_limit():,} characters",
                                   "shorten it, or fix the quoting") from None
-            raise parsed.fail(where, *quoting_error(exc)) from None
+            raise parsed.fail(f"line {rows.start}", f"bad CSV ({exc})", "fix the quoting") from None
         except UnicodeDecodeError as exc:
             if encoding == "utf-16":
                 raise parsed.fail("the file", f"begins as UTF-16 but is not ({exc.reason})",
