@@ -81,15 +81,14 @@ UNCLOSED_QUOTE = ("a quoted field opens in this record and is never closed (ever
 
 
 def ends_inside_quotes(lines: Iterable[str], **dialect) -> bool:
-    """Whether `lines`, read as CSV from the start of a record, end inside a quoted field.
+    """Whether the first record of `lines` (CSV from the start of a record) runs into the end inside a quoted field.
 
     The import reads CSV leniently, as exports are written: a quote inside a field that was not quoted as a whole
     (`"Save" fails` in a tool's TSV) is taken as text. But a lenient reader takes a quote that is never closed as a
     field running to the end of the file, every record after it imported as that one field's text, silently; such a
-    field is always in the file's last record, which the import reads again strictly with this."""
+    field is always in the last record read, which the import reads again strictly with this."""
     try:
-        for _ in csv.reader(lines, strict=True, **dialect):
-            pass
+        next(csv.reader(lines, strict=True, **dialect), None)
     except csv.Error as exc:
         return "unexpected end of data" in str(exc)
     return False
@@ -160,6 +159,10 @@ def parse_csv(parsed: Parsed, progress: bool) -> None:
         csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_CHARS))  # process-wide, and only raised
         reader = csv.reader(text, delimiter=delimiter)  # lenient, then the last record checked: `ends_inside_quotes`
         rows = NumberedRows(reader)
+
+        def unclosed(where: str) -> InputError:
+            return parsed.fail(where, *UNCLOSED_QUOTE)
+
         try:
             header = next(reader, None)
             if header is None:
@@ -170,9 +173,6 @@ def parse_csv(parsed: Parsed, progress: bool) -> None:
             if width < len(header):  # unnamed columns at the end: ignored where they are empty
                 header = header[:width]
                 records = ((number, empty_tail_cut(row, width)) for number, row in records)
-            def unclosed(where: str) -> InputError:
-                return parsed.fail(where, *UNCLOSED_QUOTE)
-
             try:
                 parse_table(parsed, header, records, "line", lambda: bar.update(raw.tell() - bar.n))
             except InputError:  # the record it names may be one that a quote never closed ran into
