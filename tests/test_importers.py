@@ -122,8 +122,9 @@ def test_csv_pairs_file_defines_queries_and_pairs(tmp_path):
     ('id,subject\nT1,a\nT2,"unterminated\nT3,c\nT4,d\n', "line 3", "opens in this record and is never closed"),
     ('id,subject,description\nT1,a,"two\nlines"\nT2,"b\nT3,c,d\n', "line 4", "never closed"),  # after a multi-line
     ('id,"subject\nT1,a\n', "line 1", "never closed"),
-    # an error in a record of two lines is its own, not a later quote never closed
-    ('id,subject,description\nT1,"two\nlines",x,extra\nT2,"open\nT3,c,d\n', "line 2", "has 4 fields"),
+    # an error in a record of two lines (past the 20 records read ahead) is its own, not a later quote's
+    ("id,subject,description\n" + "".join(f"R{i},s,d\n" for i in range(25)) + 'T1,"two\nlines",x,extra\n'
+     + 'R99,s,d\nT2,"open\nT3,c,d\n', "line 27", "has 4 fields"),
 ])
 def test_csv_malformed(tmp_path, content, where, reason):
     path = tmp_path / "bad.csv"
