@@ -230,14 +230,19 @@ def test_cli_prints_stored_tickets_without_their_control_characters(hostile_cli)
     cases = [c for c in CASES if c["kind"] == "control" and storable(c)]
     assert len(cases) > 50
     printed: set[str] = set()
+    stored = {c["id"]: c["subject"] for c in cases}
     for case in cases:
         subject, description = texts(case)
         query = " ".join(_TERMINAL_CONTROL.sub(" ", f"{subject} {description}").split())[:300]  # the case's words
-        for args in (["recommend", "--subject", query, "-k", "20"], ["search", query]):
+        for args in (["recommend", "--subject", query, "-k", "20"], ["search", query],
+                     ["recommend", "--subject", query, "-k", "20", "--json"]):
             result = hostile_cli(*args, color=True)
             assert result.exit_code == 0, (case["id"], result.output[-300:])
             out = result.stdout.replace("\x1b[1m", "").replace("\x1b[0m", "")  # recommend's bold result lines
             assert not _TERMINAL_CONTROL.search(out), (case["id"], args[0], out[:300])
+            if "--json" in args:  # escaped, not lost: the tickets as stored
+                for r in json.loads(out)["results"]:
+                    assert r["ticket"]["subject"] == stored.get(r["ticket"]["id"], r["ticket"]["subject"])
             printed |= {c["id"] for c in cases if re.search(rf"\b{c['id']}\b", out)}
     held = {ch for c in cases if c["id"] in printed
             for ch in _TERMINAL_CONTROL.findall(c["subject"] + c["description"])}

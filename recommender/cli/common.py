@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import click
@@ -43,9 +44,15 @@ def open_store():
     return Store(settings().db)
 
 
+#: DEL and the C1 controls, which `json.dumps` writes as they are (it escapes only the C0 ones): `echo_json` escapes
+#: them too, so that JSON printed to a terminal cannot drive it either (`errors.printable`).
+_UNESCAPED_CONTROL = re.compile("[\x7f-\x9f]")
+
+
 def echo_json(data) -> None:
-    """`data` as indented JSON on stdout (non-ASCII kept as it is)."""
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    """`data` as indented JSON on stdout (non-ASCII kept as it is, control characters escaped)."""
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    click.echo(_UNESCAPED_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def warn(message: str) -> None:
