@@ -122,6 +122,7 @@ def test_csv_pairs_file_defines_queries_and_pairs(tmp_path):
     ('id,subject\nT1,a\nT2,"unterminated\nT3,c\nT4,d\n', "line 3", "opens in this record and is never closed"),
     ('id,subject,description\nT1,a,"two\nlines"\nT2,"b\nT3,c,d\n', "line 4", "never closed"),  # after a multi-line
     ('id,"subject\nT1,a\n', "line 1", "never closed"),
+    ('id,subject,description\nT1,a,b\nT2,"x"y,"open\nT3,c,d\n', "line 3", "never closed"),  # after a quirk
     # an error in a record of two lines (past the 20 records read ahead) is its own, not a later quote's
     ("id,subject,description\n" + "".join(f"R{i},s,d\n" for i in range(25)) + 'T1,"two\nlines",x,extra\n'
      + 'R99,s,d\nT2,"open\nT3,c,d\n', "line 27", "has 4 fields"),

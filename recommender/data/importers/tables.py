@@ -80,23 +80,29 @@ UNCLOSED_QUOTE = ("a quoted field opens in this record and is never closed (ever
                   "one field)", 'close the quote; a quote inside a quoted field is written twice ("")')
 
 
+#: The line `ends_inside_quotes` appends after a closing quote: a record of its own only when that quote closed a
+#: field the text had left open.
+_SENTINEL = "ticketrec: end of the text read again"
+
+
 def ends_inside_quotes(lines: Iterable[str], **dialect) -> bool:
-    """Whether the first record of `lines` (CSV from the start of a record) runs into the end inside a quoted field.
+    """Whether a lenient csv reader ends the first record of `lines` (CSV from the start of a record) inside a quoted
+    field, i.e. that record ran into the end of the text.
 
     The import reads CSV leniently, as exports are written: a quote inside a field that was not quoted as a whole
     (`"Save" fails` in a tool's TSV) is taken as text. But a lenient reader takes a quote that is never closed as a
     field running to the end of the file, every record after it imported as that one field's text, silently; such a
-    field is always in the last record read, which the import reads again strictly with this."""
-    try:
-        next(csv.reader(lines, strict=True, **dialect), None)
-    except csv.Error as exc:
-        return "unexpected end of data" in str(exc)
-    return False
-
-
+    field is always in the last record read, which the import reads again with this. The same lenient reader reads
+    it, followed by a line break, a closing quote, a line break and `_SENTINEL`: the sentinel comes out as the second
+    record alone exactly when the quote closed a field left open (otherwise the quote opens a field that takes the
+    sentinel in, or follows a complete record's text)."""
+    quote = csv.reader([], **dialect).dialect.quotechar or '"'
+    records = csv.reader(itertools.chain(lines, ["\n", quote + "\n", _SENTINEL + "\n"]), **dialect)
+    next(records, None)
+    return next(records, None) == [_SENTINEL]
 def last_record_open(path, encoding: str, rows: NumberedRows, **dialect) -> int | None:
     """The first line of the last record read (the header's when no row was) when it spans lines and, read again
-    from there strictly, ends inside a quoted field (`ends_inside_quotes`); None otherwise."""
+    from there, ends inside a quoted field (`ends_inside_quotes`); None otherwise."""
     last = rows.last or 1
     if last >= rows.reader.line_num:  # one line: a quote in it swallowed nothing
         return None
@@ -157,7 +163,7 @@ def parse_csv(parsed: Parsed, progress: bool) -> None:
         raw.seek(0)
         text = io.TextIOWrapper(raw, encoding=encoding, newline="")
         csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_CHARS))  # process-wide, and only raised
-        reader = csv.reader(text, delimiter=delimiter)  # lenient, then the last record checked: `ends_inside_quotes`
+        reader = csv.reader(text, delimiter=delimiter)  # lenient; the last record checked: `ends_inside_quotes`
         rows = NumberedRows(reader)
 
         def unclosed(where: str) -> InputError:
