@@ -5,12 +5,12 @@ import re
 #: Characters a terminal may take for commands: the C0 controls but tab and line breaks, DEL, the C1 controls. An
 #: imported export or a file name can carry them (an escape sequence that retitles or clears the terminal, a bell,
 #: a NUL); the CLI prints stored text, file names and messages that quote them only through `printable`.
-_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def printable(text: str) -> str:
     """`text` with each control character a terminal may act on made a space."""
-    return _TERMINAL_CONTROL.sub(" ", text or "")
+    return TERMINAL_CONTROL.sub(" ", text or "")
 
 
 class TicketrecError(Exception):

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 
 import click
 
 from ..config import Settings
 from ..data.markup import HTML_MODES, HTML_SHARE
-from ..errors import TicketrecError, printable
+from ..errors import TERMINAL_CONTROL, TicketrecError, printable
 
 
 class _Group(click.Group):
@@ -44,15 +43,12 @@ def open_store():
     return Store(settings().db)
 
 
-#: DEL and the C1 controls, which `json.dumps` writes as they are (it escapes only the C0 ones): `echo_json` escapes
-#: them too, so that JSON printed to a terminal cannot drive it either (`errors.printable`).
-_UNESCAPED_CONTROL = re.compile("[\x7f-\x9f]")
-
-
 def echo_json(data) -> None:
-    """`data` as indented JSON on stdout (non-ASCII kept as it is, control characters escaped)."""
+    """`data` as indented JSON on stdout (non-ASCII kept as it is). `json.dumps` escapes the C0 controls but writes
+    DEL and the C1 ones as they are: those are escaped too (`errors.TERMINAL_CONTROL`), so that JSON printed to a
+    terminal cannot drive it either."""
     text = json.dumps(data, indent=2, ensure_ascii=False)
-    click.echo(_UNESCAPED_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+    click.echo(TERMINAL_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def warn(message: str) -> None:

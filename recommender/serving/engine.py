@@ -581,11 +581,10 @@ def result_channel_shares(index, query_vecs, best: Sequence[tuple[str, float, fl
             result_bm25 = np.array([0.0 if bm is None else bm for _, _, bm in best], dtype=np.float32)
         if pool is None:
             reference_bm25 = bm25[positions]
-        else:  # a pooled ticket's BM25 where it is a candidate (the results came from `rows`: not empty), else 0
-            order = np.argsort(rows, kind="stable")
-            sorted_rows, sorted_bm25 = np.asarray(rows, dtype=np.int64)[order], bm25[order]
-            at = np.minimum(np.searchsorted(sorted_rows, reference_rows), len(sorted_rows) - 1)
-            reference_bm25 = np.where(sorted_rows[at] == reference_rows, sorted_bm25[at], 0.0).astype(np.float32)
+        else:  # a pooled ticket's BM25 where it is a candidate, else 0 (as `candidates` fills every ticket's)
+            every = np.zeros(len(index), np.float32)
+            every[rows] = bm25
+            reference_bm25 = every[reference_rows]
         all_bm25 = np.concatenate([result_bm25, reference_bm25])
     d = channel_distances(spec, query_vecs, index.vectors, np.concatenate([result_rows, reference_rows]), all_bm25,
                           bm25_max=bm25_max)

@@ -75,7 +75,7 @@ class NumberedRows:
             self.start = self.reader.line_num + 1
 
 
-#: What to say of a quote never closed (`ends_inside_quotes`): (what is wrong, what to do).
+#: What to say of a quote never closed (`refuse_unclosed_quote`): (what is wrong, what to do).
 UNCLOSED_QUOTE = ("a quoted field opens in this record and is never closed (every line after it would be read as that "
                   "one field)", 'close the quote; a quote inside a quoted field is written twice ("")')
 
@@ -100,22 +100,16 @@ def ends_inside_quotes(lines: Iterable[str], **dialect) -> bool:
     records = csv.reader(itertools.chain(lines, ["\n", quote + "\n", _SENTINEL + "\n"]), **dialect)
     next(records, None)
     return next(records, None) == [_SENTINEL]
-def last_record_open(path, encoding: str, rows: NumberedRows, **dialect) -> int | None:
-    """The first line of the last record read (the header's when no row was) when it spans lines and, read again
-    from there, ends inside a quoted field (`ends_inside_quotes`); None otherwise."""
-    last = rows.last or 1
-    if last >= rows.reader.line_num:  # one line: a quote in it swallowed nothing
-        return None
-    with open(path, encoding=encoding, newline="") as fh:
-        return last if ends_inside_quotes(itertools.islice(fh, last - 1, None), **dialect) else None
-
-
 def refuse_unclosed_quote(path, encoding: str, rows: NumberedRows, fail: Callable[[str], Exception],
                           **dialect) -> None:
-    """Raise `fail(where)` when the last record read ends inside a quoted field (`last_record_open`)."""
-    opened = last_record_open(path, encoding, rows, **dialect)
-    if opened is not None:
-        raise fail(f"line {opened}")
+    """Raise `fail("line N")` when the last record read (the header's when no row was), from line N, spans lines
+    and, read again from there, ends inside a quoted field (`ends_inside_quotes`)."""
+    last = rows.last or 1
+    if last >= rows.reader.line_num:  # one line: a quote in it swallowed nothing
+        return
+    with open(path, encoding=encoding, newline="") as fh:
+        if ends_inside_quotes(itertools.islice(fh, last - 1, None), **dialect):
+            raise fail(f"line {last}")
 
 
 def named_width(header: Sequence[str]) -> int:
@@ -170,11 +164,11 @@ def parse_csv(parsed: Parsed, progress: bool) -> None:
             return parsed.fail(where, *UNCLOSED_QUOTE)
 
         try:
-            header = next(reader, None)
-            if header is None:
-                raise parsed.fail("line 1", "the file is empty", "add a header row and records")
-            rows.start = reader.line_num + 1
             records = iter(rows)
+            first = next(records, None)
+            if first is None:
+                raise parsed.fail("line 1", "the file is empty", "add a header row and records")
+            header = first[1]
             width = named_width(header)
             if width < len(header):  # unnamed columns at the end: ignored where they are empty
                 header = header[:width]
