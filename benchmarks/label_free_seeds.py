@@ -13,12 +13,12 @@ Both also print what training selects on, without labels: the mined held-out MRR
 the held-out MRR@10 of S packaged and adapted (when the model has S).
 
     .venv/bin/python benchmarks/label_free_seeds.py --kb semeval [--no-pretrained] [--seeds 0,1,2] [--jobs 2]
-        [--mining '{"template_share": 0.01}'] [--config '{"e_unknown": "skip"}'] [--workdir DIR]
+        [--mining '{"template_share": 0.01}'] [--config '{"e_unknown": "skip"}'] [--threads N] [--workdir DIR]
 
 `--mining` overrides fields of `MiningConfig`, `--config` fields of the label-free `SiameseConfig` (a recipe change
-that is an option). Models, reports and logs stay in
-`--workdir` (default: a new temporary directory, kept); a seed whose model is there already is evaluated, not
-trained again (refused when it was trained with other options).
+that is an option), `--threads` the torch threads of each training's fine-tuning of S (`ticketrec train --threads`).
+Models, reports and logs stay in `--workdir` (default: a new temporary directory, kept); a seed whose model is there
+already is evaluated, not trained again (refused when it was trained with other options).
 """
 from __future__ import annotations
 
@@ -39,15 +39,16 @@ from shared_data import SEAMONKEY, SEAMONKEY_LINKS, SEAMONKEY_MAP, SEMEVAL, seam
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def train_one(kb: str, pretrained: bool, seed: int, out: Path, mining: dict, overrides: dict) -> None:
-    """Train the label-free configuration on `kb`'s tickets with `seed` into `out` (run in a child process)."""
+def train_one(kb: str, pretrained: bool, seed: int, out: Path, mining: dict, overrides: dict, threads: int = 1) -> None:
+    """Train the label-free configuration on `kb`'s tickets with `seed` into `out` on `threads` torch threads (run in
+    a child process)."""
     from recommender.data.importers import load
     from recommender.model.unsupervised import label_free_config, train_without_labels
 
     tickets = (load(SEMEVAL / "train-part2.xml", progress=False).tickets if kb == "semeval"
                else seamonkey_tickets(SEAMONKEY))
     train_without_labels(tickets, label_free_config(pretrained=pretrained, **overrides), out, seed=seed,
-                         mining=mining or None, progress=False)
+                         mining=mining or None, progress=False, threads=threads)
 
 
 def evaluate_one(kb: str, model: Path, env: dict) -> dict:
@@ -96,9 +97,9 @@ def run_logged(command: list[str], env: dict, log: Path) -> None:
         raise SystemExit(f"{' '.join(command[:4])} … failed (exit {code}): see {log}")
 
 
-def require_trained_as_asked(model: Path, mining: dict, overrides: dict, pretrained: bool) -> None:
-    """SystemExit when the model already in the work directory was trained with other mining options, configuration
-    or channels than those asked for (it would be evaluated in their place)."""
+def require_trained_as_asked(model: Path, mining: dict, overrides: dict, pretrained: bool, threads: int = 1) -> None:
+    """SystemExit when the model already in the work directory was trained with other mining options, configuration,
+    channels or thread count than those asked for (it would be evaluated in their place)."""
     from recommender.model.mining import MiningConfig
     from recommender.model.siamese import SiameseConfig
 
@@ -107,6 +108,10 @@ def require_trained_as_asked(model: Path, mining: dict, overrides: dict, pretrai
     hyper = SiameseConfig.from_saved(config["hyperparameters"])
     with_s = "S" in hyper.channels
     other = {k: getattr(hyper, k) for k, v in overrides.items() if getattr(hyper, k, None) != v}
+    # the threads S's fine-tuning ran on (models from before the option, and models without S: one)
+    trained_threads = (config["training"].get("sentence_encoder") or {}).get("threads", 1)
+    if trained_threads != threads:
+        other["threads"] = trained_threads
     if saved.to_dict() != MiningConfig.from_dict(mining).to_dict() or with_s != pretrained or other:
         raise SystemExit(f"{model} was trained with other options (mining {saved.to_dict()}, S {with_s}"
                          f"{', ' + str(other) if other else ''}); give another --workdir")
@@ -118,10 +123,11 @@ def run_seed(args, mining: dict, overrides: dict, seed: int, workdir: Path) -> d
     model = workdir / f"seed-{seed}"
     env = dict(os.environ, TICKETREC_HOME=str(workdir / "home"), TICKETREC_BROKER_URL="")
     if (model / "config.json").exists():
-        require_trained_as_asked(model, mining, overrides, not args.no_pretrained)
+        require_trained_as_asked(model, mining, overrides, not args.no_pretrained, args.threads)
     else:
         child = [sys.executable, str(Path(__file__).resolve()), "--kb", args.kb, "--train-one", str(seed),
-                 "--workdir", str(workdir), "--mining", args.mining, "--config", args.config]
+                 "--workdir", str(workdir), "--mining", args.mining, "--config", args.config,
+                 "--threads", str(args.threads)]
         child += ["--no-pretrained"] if args.no_pretrained else []
         run_logged(child, env, workdir / f"seed-{seed}-train.log")
     return {"seed": seed, **label_free_figures(model), **evaluate_one(args.kb, model, env)}
@@ -151,6 +157,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="seeds trained at once (each about 5 GB with S)")
     ap.add_argument("--mining", default="{}", help="JSON object of MiningConfig fields to override")
     ap.add_argument("--config", default="{}", help="JSON object of label-free SiameseConfig fields to override")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads of each training's fine-tuning of S (ticketrec train --threads; default 1)")
     ap.add_argument("--workdir", default=None, help="where the models and reports go (default: a new temp dir)")
     ap.add_argument("--train-one", type=int, default=None, help=argparse.SUPPRESS)  # the child process's seed
     args = ap.parse_args()
@@ -167,7 +175,7 @@ def main() -> None:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="label-free-seeds-"))
     if args.train_one is not None:
         train_one(args.kb, not args.no_pretrained, args.train_one, workdir / f"seed-{args.train_one}", mining,
-                  overrides)
+                  overrides, args.threads)
         return
     workdir.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -179,7 +187,7 @@ def main() -> None:
             bar.update()
     kind = "the paper's channels (--no-pretrained)" if args.no_pretrained else "the default (with S)"
     print(f"label-free {kind} on {args.kb}, seeds {', '.join(map(str, seeds))}; mining overrides {mining or 'none'}; "
-          f"config overrides {overrides or 'none'}; "
+          f"config overrides {overrides or 'none'}; S fine-tuned on {args.threads} torch thread(s); "
           f"models in {workdir}\n")
     print(table(rows))
 

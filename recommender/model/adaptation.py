@@ -11,6 +11,7 @@ checksummed cache of `onnx_encoder.py` like any encoder.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import gc
 import shutil
@@ -22,14 +23,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..errors import ModelError
+from ..errors import InputError, ModelError
 from ..lexical.analyzer import clean
 from .pretrained import SentenceEncoder, file_checksums, forget, get_encoder, load_encoder, selected
 
 #: The directory of an adapted encoder inside a model directory.
 ENCODER_DIR = "sentence_encoder"
-__all__ = ["ENCODER_DIR", "adapt", "apart", "discard", "file_checksums", "keep_saved_encoder", "load_adapted",
-           "save_into", "scratch_directory"]
+__all__ = ["ENCODER_DIR", "adapt", "apart", "check_threads", "discard", "file_checksums", "keep_saved_encoder",
+           "load_adapted", "save_into", "scratch_directory", "torch_threads"]
 
 
 def load_adapted(model_dir: Path, files: dict[str, str], backend: str | None = None) -> SentenceEncoder:
@@ -38,17 +39,37 @@ def load_adapted(model_dir: Path, files: dict[str, str], backend: str | None = N
     return load_encoder(model_dir, files, backend or selected()[1], name="adapted to the knowledge base")
 
 
+def check_threads(threads) -> int:
+    """`threads` when it is a whole number of at least 1 (the torch threads of a fine-tuning), else InputError."""
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise InputError(f"threads must be a whole number of at least 1, not {threads!r}")
+    return threads
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int):
+    """torch on `threads` threads within the block, on its count before after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(check_threads(threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, negatives: Sequence[str] | None = None,
           groups: Sequence | None = None, base=None, seed: int = 0, epochs: int = 1, batch_size: int = 32,
-          lr: float = 2e-5, max_seq_length: int = 128, progress: bool = False) -> dict[str, str]:
+          lr: float = 2e-5, max_seq_length: int = 128, progress: bool = False, threads: int = 1) -> dict[str, str]:
     """Fine-tune a copy of `base` (a SentenceTransformer; None: the encoder new models use, the packaged one unless
     `--encoder DIR` chose another) on (anchor, positive) pairs with MultipleNegativesRankingLoss (in-batch negatives:
     give each positive once, or pass `groups`, one label per pair, and pairs of one group never share a batch, where
     each would be the other's false negative); with `negatives`, one per pair, on (anchor, positive, negative)
     triplets, each anchor then ranked against every positive and negative of its batch; save it into the directory
-    `out` (e.g. a `scratch_directory`). Returns its files' checksums. Deterministic for a seed on one thread."""
+    `out` (e.g. a `scratch_directory`). Returns its files' checksums. Runs on `threads` torch threads: deterministic
+    for a seed and a thread count, and another encoder for another count (sums taken in another order)."""
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
+    check_threads(threads)
     base = get_encoder().model if base is None else base
     model = _copy(base)
     model.max_seq_length = max_seq_length
@@ -74,14 +95,15 @@ def adapt(anchors: Sequence[str], positives: Sequence[str], out: str | Path, *, 
     n_batches = max(1, len(pairs) // batch_size)
     steps = [b for _ in range(epochs) for b in apart(rng.permutation(len(pairs)), labels, n_batches)]
     model.train()
-    for batch in tqdm(steps, desc="adapting the sentence encoder", disable=not progress, leave=False):
-        if len(batch) < 2:
-            continue
-        features = [model.preprocess([pairs[i][c] for i in batch]) for c in range(len(columns))]
-        value = loss(features, None)
-        optimizer.zero_grad()
-        value.backward()
-        optimizer.step()
+    with torch_threads(threads):
+        for batch in tqdm(steps, desc="adapting the sentence encoder", disable=not progress, leave=False):
+            if len(batch) < 2:
+                continue
+            features = [model.preprocess([pairs[i][c] for i in batch]) for c in range(len(columns))]
+            value = loss(features, None)
+            optimizer.zero_grad()
+            value.backward()
+            optimizer.step()
     model.eval()
     _checkpoint_gradients(model, False)
     model.max_seq_length = base.max_seq_length

@@ -52,6 +52,53 @@ def memoised_sentence_vectors():
                 _MEMO.clear()
 
 
+#: Threads an ONNX encode call spreads its texts over, set by `encode_threads`; None: torch's thread count.
+_ENCODE_THREADS: int | None = None
+
+
+@contextlib.contextmanager
+def encode_threads(n: int | None = None):
+    """Within this block (or a function it decorates) the ONNX backends spread an encode call's texts over `n`
+    threads, whatever torch's thread count: training and evaluation keep torch on one thread, for their networks'
+    results, and still encode on every CPU. One text a run on one intra-op thread, so each vector is bit for bit the
+    one-thread vector. `n` None: an enclosing block's count, else `OMP_NUM_THREADS` (what a process running beside
+    others, as a `--jobs` worker, is told), else every CPU this process may use. Outside: torch's count."""
+    global _ENCODE_THREADS
+    if n is None:
+        n = _ENCODE_THREADS or _omp_threads()
+    if n is None:
+        from ..config import usable_cpus
+
+        n = usable_cpus()
+    before, _ENCODE_THREADS = _ENCODE_THREADS, max(1, int(n))
+    try:
+        yield
+    finally:
+        _ENCODE_THREADS = before
+
+
+def forget_encode_threads() -> None:
+    """In a forked worker process: encode on torch's thread count again, not on the count of the parent's
+    `encode_threads` block, which the fork copied."""
+    global _ENCODE_THREADS
+    _ENCODE_THREADS = None
+
+
+def _omp_threads() -> int | None:
+    """`OMP_NUM_THREADS` when it is a positive whole number, else None."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def encode_workers() -> int:
+    """The threads an ONNX encode call may use now: `encode_threads`' count, else torch's thread count."""
+    if _ENCODE_THREADS is not None:
+        return _ENCODE_THREADS
+    import torch
+
+    return max(1, torch.get_num_threads())
+
+
 def _active_memo(encoder: "SentenceEncoder") -> dict | None:
     """`encoder`'s kept vectors inside `memoised_sentence_vectors`; None outside it."""
     with _MEMO_LOCK:

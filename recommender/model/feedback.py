@@ -18,7 +18,7 @@ from .bundle import TicketModel
 from ..data.records import LABEL_SCORES, YES, LabeledPair, Query, Ticket
 from ..data.store import Dataset, Store, query_key
 from .calibration import Calibrator
-from .encoder_base import memoised_sentence_vectors
+from .encoder_base import encode_threads, memoised_sentence_vectors
 from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fit, lexical_features, mean_distance,
                        pair_scores, random_negatives, split_queries)
 from .feedback_encoder import adapt_on_feedback
@@ -69,6 +69,7 @@ def _knowledge_base(*datasets: Dataset) -> Bm25Scorer:
     return Bm25Scorer(list({t.id: t for d in datasets for t in d.tickets}.values()))
 
 
+@encode_threads()
 @memoised_sentence_vectors()
 def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_dir: str | Path | None,
               seed: int = 0, epochs: int | None = None, progress: bool = True,

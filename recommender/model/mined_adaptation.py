@@ -41,12 +41,13 @@ def adaptation_negatives(mined: MinedPairs, pairs: Sequence[tuple[int, int]], se
 
 
 def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: MiningConfig, seed: int,
-                           progress: bool) -> dict:
+                           progress: bool, threads: int = 1) -> dict:
     """Fine-tune S on the training tickets' (query, own view) pairs (`adaptation.adapt`); keep it in `model` (meta
     "sentence_encoder" and `sentence_encoder_dir`) only when its held-out MRR@10 (query text against every view's
     text, cosine) beats the packaged encoder's, both on the model's backend (on ONNX int8 for the static backend,
     whose vectors are then fitted to the encoder kept). With `mining.adapt_hard_negatives` each pair also has a
-    negative (`adaptation_negatives`). Returns both figures and the decision."""
+    negative (`adaptation_negatives`). The fine-tuning runs on `threads` torch threads. Returns both figures, the
+    decision and the threads."""
     from .adaptation import adapt, discard, load_adapted, scratch_directory
     from .pretrained import get_encoder, selected
 
@@ -67,7 +68,7 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
         negatives = [component_text(read(mined.views[r]), "DESC+SOL") for r in negative_rows]
     directory = scratch_directory()
     files = adapt(anchors, positives, directory, negatives=negatives, seed=seed, epochs=mining.adapt_epochs,
-                  max_seq_length=mining.adapt_max_tokens, progress=progress)
+                  max_seq_length=mining.adapt_max_tokens, progress=progress, threads=threads)
 
     truth = mined.held_out_truth
     ranked = ranked_rows(len(mined.views), truth, rng)
@@ -88,4 +89,5 @@ def adapt_sentence_encoder(model: TicketModel, mined: MinedPairs, mining: Mining
         model.sentence_encoder_dir = directory  # until the model is saved (`keep_saved_encoder`)
     else:
         discard(directory)
-    return {**figures, "kept": kept, "pairs": len(anchors), **({"hard_negatives": hard} if negatives else {})}
+    return {**figures, "kept": kept, "pairs": len(anchors), "threads": threads,
+            **({"hard_negatives": hard} if negatives else {})}

@@ -16,8 +16,9 @@ model.onnx against the manifest's SHA-256, and a damaged cache entry is built ag
 
 `OnnxEncoder` tokenises with the model's own `tokenizer.json` (the Rust tokenizers library), runs each text on its
 own (no padding; its vector does not depend on the texts beside it) in one ONNX Runtime session per process (a
-forked index worker opens its own), with as many intra-op threads as torch may use in that process (an index
-worker: 1).
+forked index worker opens its own), one intra-op thread a run, and the runs of a call spread over as many threads
+as torch may use in that process (an index worker: 1) or as `encoder_base.encode_threads` says (training and
+evaluation: every CPU, torch staying on one); a text's vector is the same on any count.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..files import atomic_directory
-from .encoder_base import SentenceEncoder, load_sentence_transformer, progress_bar
+from .encoder_base import SentenceEncoder, encode_workers, load_sentence_transformer, progress_bar
 
 log = logging.getLogger(__name__)
 # one encoding process per core: the tokenizer's own thread pool only competes with them (and warns after a fork)
@@ -290,8 +291,8 @@ class OnnxEncoder(SentenceEncoder):
         self.run_texts, self.sort_runs = 1, True
         self._session = None
         self._session_pid = -1
-        self._workers = 1
         self._executor: ThreadPoolExecutor | None = None
+        self._executor_size = 0
         self._executor_pid = -1
         self._lock = threading.Lock()
 
@@ -323,12 +324,10 @@ class OnnxEncoder(SentenceEncoder):
 
     def _open_session(self):
         import onnxruntime as ort
-        import torch
 
         # One thread per run, and the runs of a call spread over this process's threads (`_encode_groups`): a
         # second intra-op thread did not speed up one query's texts, two texts at once halved its time
         # (docs/results/encoders.md). An index worker has set one thread.
-        self._workers = max(1, torch.get_num_threads())
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
@@ -367,7 +366,8 @@ class OnnxEncoder(SentenceEncoder):
 
         lengths = [len(e.ids) for e in encodings]
         runs = _batches(lengths, self.run_texts, self.sort_runs)
-        shares = _shares(runs, lengths, self._workers)
+        workers = encode_workers()
+        shares = _shares(runs, lengths, workers)
 
         def run_all(share: list[np.ndarray], bar=None) -> None:
             for batch in share:
@@ -376,7 +376,7 @@ class OnnxEncoder(SentenceEncoder):
                     bar.update(len(batch))
 
         with progress_bar(len(encodings), progress) as bar:
-            others = {self._pool().submit(run_all, share): sum(map(len, share)) for share in shares[1:]}
+            others = {self._pool(workers).submit(run_all, share): sum(map(len, share)) for share in shares[1:]}
             run_all(shares[0], bar)  # this thread takes a share too: one hand-off fewer
             for done in as_completed(others):
                 done.result()
@@ -384,14 +384,16 @@ class OnnxEncoder(SentenceEncoder):
         ends = np.cumsum([len(texts) for texts, _ in groups])
         return np.split(out, ends[:-1])
 
-    def _pool(self) -> ThreadPoolExecutor:
-        """This process's threads for runs (a forked process makes its own, as it opens its own session)."""
-        if self._executor is None or self._executor_pid != os.getpid():
+    def _pool(self, workers: int) -> ThreadPoolExecutor:
+        """This process's threads for runs, at least `workers` − 1 of them: the calling thread runs a share itself
+        (`_encode_groups`). A forked process makes its own, as it opens its own session; a pool too small for
+        `workers` is replaced (the old one, no longer referenced, finishes what it was given and its threads end)."""
+        need = max(1, workers - 1)
+        if self._executor is None or self._executor_pid != os.getpid() or self._executor_size < need:
             with self._lock:
-                if self._executor is None or self._executor_pid != os.getpid():
-                    # the calling thread runs a share itself (`_encode_groups`): the pool needs one thread fewer
-                    self._executor = ThreadPoolExecutor(max(1, self._workers - 1), thread_name_prefix="ticketrec-s")
-                    self._executor_pid = os.getpid()
+                if self._executor is None or self._executor_pid != os.getpid() or self._executor_size < need:
+                    self._executor = ThreadPoolExecutor(need, thread_name_prefix="ticketrec-s")
+                    self._executor_pid, self._executor_size = os.getpid(), need
         return self._executor
 
 

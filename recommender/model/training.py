@@ -22,7 +22,7 @@ from scipy.stats import pearsonr, spearmanr
 from tqdm import tqdm
 
 from .calibration import Calibrator
-from .encoder_base import memoised_sentence_vectors
+from .encoder_base import encode_threads, memoised_sentence_vectors
 from .embeddings import CharVocabulary, align_vectors, load_word2vec, train_word2vec, word2vec_epochs
 from ..errors import InputError
 from .bundle import Prepared, TicketModel, _package_versions, build_topic_vocab, topic_documents
@@ -427,6 +427,7 @@ def fit(model: TicketModel, train: PairSet | PreparedPairs, dev: PairSet | Prepa
     return tuned
 
 
+@encode_threads()
 @memoised_sentence_vectors()
 def train_model(train: Dataset, dev: Dataset | None, config: SiameseConfig, out_dir: str | Path | None,
                 seed: int = 0, word_vectors: str | Path | None = None, progress: bool = True,

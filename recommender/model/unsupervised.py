@@ -36,11 +36,11 @@ from tqdm import tqdm
 from ..data.records import YES, Ticket
 from ..data.store import Dataset
 from ..lexical.bm25 import Bm25Scorer
-from .adaptation import keep_saved_encoder
+from .adaptation import check_threads, keep_saved_encoder
 from .augment import vocabulary_augmenter
 from .bundle import TicketModel, _package_versions
 from .calibration import Calibrator
-from .encoder_base import memoised_sentence_vectors
+from .encoder_base import encode_threads, memoised_sentence_vectors
 from .grid_ranks import MRR_K
 from .mined_adaptation import adapt_sentence_encoder
 from .mined_calibration import (CALIBRATION_BAND, BandSamples, band_is_no, band_negatives, band_position,
@@ -167,22 +167,26 @@ def _concat(a: PairSet, b: PairSet, repeat: int = 1) -> PairSet:
 # ---------------------------------------------------------------------------------------------------------------
 # the recipe
 # ---------------------------------------------------------------------------------------------------------------
+@encode_threads()
 @memoised_sentence_vectors()
 def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None = None,
                          out_dir: str | Path | None = None, *, seed: int = 0, labelled: Dataset | None = None,
                          mining: MiningConfig | dict | None = None, word_vectors: str | Path | None = None,
                          progress: bool = True, echo: Callable[[str], None] | None = None,
-                         channel_encoders: dict | None = None) -> TicketModel:
+                         channel_encoders: dict | None = None, threads: int = 1) -> TicketModel:
     """Train a calibrated TicketModel on the knowledge base `tickets` alone (plus `labelled` pairs, e.g. engineers'
     feedback, when given: added to the mined pairs `labelled_weight` times and to the calibration pairs, or with the
     mining option `select_on_labelled` and enough labelled queries, selecting the channel weights instead); save it
     to `out_dir` when given. `channel_encoders` computes the extra channels C / V the config weighs
-    (`extra_channels.py`). Deterministic for a seed. Raises InputError when the tickets cannot be mined."""
+    (`extra_channels.py`). The networks train on one torch thread, S's fine-tuning on `threads`
+    (`adaptation.adapt`). Deterministic for a seed and `threads`. Raises InputError when the tickets cannot be
+    mined."""
     started = time.time()
     echo = echo or (lambda line: tqdm.write(line) if progress else None)
     config = config or label_free_config()
     mining = mining if isinstance(mining, MiningConfig) else MiningConfig.from_dict(mining)
     torch.set_num_threads(1)
+    check_threads(threads)
     _seed_everything(seed)
     tickets = list({t.id: t for t in tickets}.values())
     stages = _Stages(echo)
@@ -244,10 +248,11 @@ def train_without_labels(tickets: Sequence[Ticket], config: SiameseConfig | None
     adapted = None
     if "S" in config.active_channels and mining.adapt_pretrained:
         with stages("adapting the sentence encoder S to the knowledge base"):
-            adapted = adapt_sentence_encoder(model, mined, mining, seed, progress)
+            adapted = adapt_sentence_encoder(model, mined, mining, seed, progress, threads)
         echo(f"sentence encoder S: held-out MRR@{MRR_K} {adapted['base']:.3f} packaged, {adapted['adapted']:.3f} "
              f"adapted on {adapted['pairs']:,} mined pairs"
              + (f" ({adapted['hard_negatives']:,} with a hard negative)" if "hard_negatives" in adapted else "")
+             + (f" on {threads} threads" if threads > 1 else "")
              + f": {'kept' if adapted['kept'] else 'not kept'}")
     static_fit = None
     if runs_static(model):

@@ -320,9 +320,12 @@ _WORKER_MODEL = None  # the model a forked encoding worker inherited from the bu
 def _set_worker_model(model, parent: int) -> None:
     import torch
 
+    from ..model.encoder_base import forget_encode_threads
+
     global _WORKER_MODEL
     _WORKER_MODEL = model
     torch.set_num_threads(1)  # one process per core; and OpenMP thread pools do not survive a fork
+    forget_encode_threads()  # so its encoder runs on that one thread too, whatever block the build ran in
     _die_with_parent(parent)
 
 
