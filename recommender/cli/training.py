@@ -57,9 +57,9 @@ from .common import echo_json, main, open_store, settings, warn_if_not_english
                    "al. 2016; --config takes its CharSiameseConfig fields)")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="torch threads for fine-tuning the sentence encoder S to the knowledge base (label-free "
-                   "training with S; its longest stage): more is faster and gives another model (as good on our "
-                   "benchmarks: README, Training time), the same again for the same count; with 1 a seed gives the "
-                   "same model whatever the machine's cores. The networks train on one thread, and S's encodings "
+                   "training with S; its longest stage): more is faster and gives another model (README, Training "
+                   "time, measures it), the same again for the same count; with 1 a seed gives the same model "
+                   "whatever the machine's cores. The networks train on one thread, and S's encodings "
                    "use every CPU, either way")
 def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, seed, epochs, weights, pretrained,
           encoder_dir, encoder_backend, with_feedback, base_dir, mined, channel_dirs=(), arch="replicated", threads=1):
