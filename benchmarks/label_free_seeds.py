@@ -18,7 +18,8 @@ the held-out MRR@10 of S packaged and adapted (when the model has S).
 `--mining` overrides fields of `MiningConfig`, `--config` fields of the label-free `SiameseConfig` (a recipe change
 that is an option), `--threads` the torch threads of each training's fine-tuning of S (`ticketrec train --threads`).
 Models, reports and logs stay in `--workdir` (default: a new temporary directory, kept); a seed whose model is there
-already is evaluated, not trained again (refused when it was trained with other options).
+already is evaluated, not trained again (refused when it was trained with other options). The `--jobs` seeds at once
+share the CPUs: each encodes its sentences on its share of them (OMP_NUM_THREADS, unless set).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from recommender.config import usable_cpus
 from shared_data import SEAMONKEY, SEAMONKEY_LINKS, SEAMONKEY_MAP, SEMEVAL, seamonkey_tickets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,6 +124,8 @@ def run_seed(args, mining: dict, overrides: dict, seed: int, workdir: Path) -> d
     `--config`, parsed); its figures."""
     model = workdir / f"seed-{seed}"
     env = dict(os.environ, TICKETREC_HOME=str(workdir / "home"), TICKETREC_BROKER_URL="")
+    # the seeds trained at once share the CPUs: each encodes on its share (the same vectors, one text a thread)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // max(1, args.jobs))))
     if (model / "config.json").exists():
         require_trained_as_asked(model, mining, overrides, not args.no_pretrained, args.threads)
     else:

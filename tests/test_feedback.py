@@ -83,6 +83,35 @@ def test_fine_tune_returns_a_new_model_and_leaves_its_input_untouched(kb):
     assert "fine_tuning" not in base.meta and tuned.meta["fine_tuning"][-1]["base_version"] == version
 
 
+def test_fine_tune_trains_on_one_torch_thread_and_gives_the_same_model_again(kb, monkeypatch):
+    """On several torch threads the network's sums run in an order that varies run to run (two runs of `train
+    --with-feedback` on SeaMonkey gave two models): fine-tuning runs on one, and gives back the caller's count."""
+    import torch
+
+    import recommender.model.feedback as feedback
+
+    _, store, model_dir, data = kb
+    _give_feedback(store, data)
+    seen = []
+    real_fit = feedback.fit
+
+    def fit_noting_threads(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(feedback, "fit", fit_noting_threads)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        versions = [fine_tune(TicketModel.load(model_dir), feedback_dataset(store), data, None, seed=0, epochs=1,
+                              progress=False)[0].version for _ in range(2)]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 1]
+    assert versions[0] == versions[1]
+
+
 def test_cli_train_with_feedback_writes_a_tuned_model(kb, tmp_path):
     settings, store, model_dir, data = kb
     _give_feedback(store, data)

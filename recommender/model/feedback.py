@@ -23,7 +23,7 @@ from .training import (PairSet, PreparedPairs, dataset_fingerprint, evaluate, fi
                        pair_scores, random_negatives, split_queries)
 from .feedback_encoder import adapt_on_feedback
 from .judged import JudgedQueries, judged_queries, paired_gain
-from .adaptation import keep_saved_encoder
+from .adaptation import keep_saved_encoder, torch_threads
 from .mined_calibration import (BAND_NO, CALIBRATION_BAND, MINED_BAND, BandSamples, band_negatives,
                                 feedback_band_decision, mined_calibration)
 from .weight_selection import RankedSlice, select_by_rank, set_weights_on_filled_fields
@@ -69,6 +69,7 @@ def _knowledge_base(*datasets: Dataset) -> Bm25Scorer:
     return Bm25Scorer(list({t.id: t for d in datasets for t in d.tickets}.values()))
 
 
+@torch_threads(1)  # as training: the network's sums in one order, so the same feedback gives the same model again
 @encode_threads()
 @memoised_sentence_vectors()
 def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_dir: str | Path | None,
@@ -81,6 +82,7 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
     IDF and maximum over them and the judged tickets), the relevant judgements also rank it: a model that serves S
     gets its encoder adapted on them (`feedback_encoder.adapt_on_feedback`), and the channel weights are
     re-selected (`reselect_weights`), each only when it pays in cross-validation over the judged queries.
+    Runs torch on one thread (its count before is restored), so the same feedback gives the same model again.
     Returns the tuned model and a report of the model before and after on the same held-out pairs
     (`held_out`, or a seeded share of `train`'s queries when None).
     """

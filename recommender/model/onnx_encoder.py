@@ -376,7 +376,8 @@ class OnnxEncoder(SentenceEncoder):
                     bar.update(len(batch))
 
         with progress_bar(len(encodings), progress) as bar:
-            others = {self._pool(workers).submit(run_all, share): sum(map(len, share)) for share in shares[1:]}
+            pool = self._pool(workers) if len(shares) > 1 else None
+            others = {pool.submit(run_all, share): sum(map(len, share)) for share in shares[1:]}
             run_all(shares[0], bar)  # this thread takes a share too: one hand-off fewer
             for done in as_completed(others):
                 done.result()
