@@ -133,6 +133,19 @@ def test_tiny_cross_validation_end_to_end(tmp_path):
         assert 0.0 <= report["dev"]["map"] <= 100.0
 
 
+def test_folds_in_worker_processes_give_the_figures_of_one_process(tmp_path):
+    """`jobs` > 1 runs the folds in spawned workers (`_worker_init`: one thread, no bars of their own); the folds'
+    figures are the ones a single process computes."""
+    train, dev = _train_and_dev(tmp_path, (40, 9), (30, 6))
+    configs = [CV.CvConfig(CV.BM25_NAME, "bm25", kind="bm25"),
+               CV.CvConfig(CV.ZERO_SHOT_NAME, "E only, untrained", preset="e_ml")]
+    runs = {jobs: CV.run_cv(train, dev, tmp_path / f"jobs{jobs}", k=3, candidates=20, configs=configs,
+                            overrides=TINY, n_boot=50, progress=False, jobs=jobs) for jobs in (1, 2)}
+    assert runs[2]["jobs"] == 2
+    for one, two in zip(runs[1]["rows"], runs[2]["rows"]):
+        assert one["name"] == two["name"] and one["cv"] == two["cv"] and one["folds"] == two["folds"]
+
+
 def test_cli_cv_rejects_a_single_fold(tmp_path):
     from click.testing import CliRunner
 

@@ -8,7 +8,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from web.api import MAX_K
+from web.api import FEEDBACK_FIELDS, MAX_K, RECOMMENDATION_FIELDS
 from web.openapi import openapi_document
 
 SPEC = "/api/v1/openapi.json"
@@ -110,7 +110,8 @@ def test_the_document_states_this_apps_description_limit(make_web_app):
 def test_text_at_the_documented_limit_is_accepted_and_one_more_refused(app, endpoint, schema_name, ok_status, field,
                                                                        refused_status):
     limit = request_schema(document(app), schema_name)[field]["maxLength"]
-    body = {"subject": "valve", "description": "sticks", "ticket_id": "WEB-3", "label": "NO"}
+    body = {"subject": "valve", "description": "sticks", **({"ticket_id": "WEB-3", "label": "NO"}
+                                                           if endpoint == "/feedback" else {})}
     client = app.test_client()
     assert client.post(PREFIX + endpoint, json={**body, field: "v" * limit}).status_code == ok_status
     for too_long in ["v" * (limit + 1), "v" * limit + " "]:  # counted as sent, before stripping
@@ -128,6 +129,25 @@ def test_k_and_label_are_what_the_document_says(app):
     for label in doc["components"]["schemas"]["Label"]["enum"]:
         assert client.post(PREFIX + "/feedback", json={**body, "label": label}).status_code == 201, label
     assert client.post(PREFIX + "/feedback", json={**body, "label": "MAYBE"}).status_code == 400
+
+
+def test_the_request_fields_are_the_documented_ones_and_no_others(app, web_kb):
+    """A field the document does not name is refused with a 400 naming it: a misspelt "descripton" would
+    otherwise be a query without its description, answered as if nothing were wrong; nothing is stored."""
+    doc = document(app)
+    client = app.test_client()
+    for schema_name, path, body in [
+            ("RecommendationRequest", "/recommendations", {"subject": "valve"}),
+            ("FeedbackRequest", "/feedback", {"subject": "valve", "ticket_id": "WEB-3", "label": "YES"})]:
+        schema = doc["components"]["schemas"][schema_name]
+        assert schema["additionalProperties"] is False
+        fields = set(request_schema(doc, schema_name))
+        assert fields == set(RECOMMENDATION_FIELDS if path == "/recommendations" else FEEDBACK_FIELDS)
+        response = client.post(PREFIX + path, json={**body, "descripton": "at partial load"})
+        assert response.status_code == 400, path
+        message = response.get_json()["error"]["message"]
+        assert "unknown field 'descripton'" in message and all(name in message for name in fields)
+    assert web_kb[1].feedback() == []
 
 
 def test_ticket_ids_over_the_documented_limit_are_refused(app):

@@ -9,7 +9,7 @@ tokens or the page's session; 401/403): web/auth.py.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Sequence
 
 from flask import Blueprint, current_app, jsonify, request, url_for
 from werkzeug.exceptions import HTTPException
@@ -54,12 +54,22 @@ def _api_error(exc: ApiError):
     return json_error(exc.status, exc.message)
 
 
-def _body() -> dict[str, Any]:
+#: The fields of a recommendation request and of a judgement (`POST /recommendations`, `POST /feedback`).
+RECOMMENDATION_FIELDS = ("subject", "description", "k", "html", "where")
+FEEDBACK_FIELDS = ("subject", "description", "html", "ticket_id", "label")
+
+
+def _body(fields: Sequence[str] | None = None) -> dict[str, Any]:
+    """The request's JSON object; with `fields`, a field not among them is a 400 that names it (a misspelt
+    "descripton" would otherwise be a query without its description, answered as if nothing were wrong)."""
     if not request.is_json:
         raise ApiError(400, "send a JSON object with the header Content-Type: application/json")
     data = request.get_json()  # unreadable JSON: a 400 that says why (web.StrictRequest)
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object, e.g. {\"subject\": \"...\", \"description\": \"...\"}")
+    unknown = [name for name in data if name not in fields] if fields is not None else []
+    if unknown:
+        raise ApiError(400, f"unknown field {unknown[0][:64]!r}; the fields are {', '.join(fields)}")
     return data
 
 
@@ -98,7 +108,7 @@ def _query(data: dict[str, Any]) -> tuple[str, str]:
 def recommendations():
     """`{"subject", "description", "k", "html", "where"}` → the top k tickets with calibrated scores and
     explanations."""
-    data = _body()
+    data = _body(RECOMMENDATION_FIELDS)
     subject, description = _query(data)
     k = data.get("k", 10)
     if isinstance(k, bool) or not isinstance(k, int):
@@ -243,7 +253,7 @@ def reindex_task(task_id: str):
 @auth.require("write")
 def feedback():
     """`{"subject", "description", "ticket_id", "label"}` → stores the judgement (201)."""
-    data = _body()
+    data = _body(FEEDBACK_FIELDS)
     subject, description = _query(data)
     ticket_id = data.get("ticket_id")
     if not isinstance(ticket_id, str) or not ticket_id:

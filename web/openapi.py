@@ -110,7 +110,7 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
             }},
         },
         "RecommendationRequest": {
-            "type": "object", "required": ["subject"],
+            "type": "object", "required": ["subject"], "additionalProperties": False,
             "properties": {
                 **_query_properties(max_description),
                 "k": {"type": "integer", "minimum": 1, "maximum": max_k, "default": 10,
@@ -126,7 +126,7 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
             },
         },
         "FeedbackRequest": {
-            "type": "object", "required": ["subject", "ticket_id", "label"],
+            "type": "object", "required": ["subject", "ticket_id", "label"], "additionalProperties": False,
             "properties": {
                 **_query_properties(max_description),
                 "ticket_id": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS,

@@ -39,7 +39,8 @@ from ..errors import InputError
 from ..model.encoder_base import memoised_sentence_vectors
 from . import metrics as M
 from . import protocols as P
-from .experiments import BM25System, ModelSystem, Split, _evaluate_system, _export_word_vectors, _versions, fingerprint, slug
+from .experiments import (BM25System, ModelSystem, Split, _evaluate_system, _export_word_vectors, _versions,
+                          fingerprint, quiet_single_thread_worker, slug)
 from .report import BM25_NAME, ZERO_SHOT_NAME
 
 #: The headline figures of a CV report: (key in the row metrics, key of metrics.per_query_values, protocol).
@@ -336,11 +337,8 @@ _WORKER_POOLED: list[Dataset] = []
 
 
 def _worker_init(pooled: Dataset) -> None:
-    import os
-
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", "TQDM_DISABLE",
-                "HF_HUB_DISABLE_PROGRESS_BARS"):
-        os.environ[var] = "1"
+    """A fold worker: one thread, no inner progress bars, the pooled labelled data."""
+    quiet_single_thread_worker()
     _WORKER_POOLED[:] = [pooled]
 
 

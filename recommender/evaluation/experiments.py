@@ -441,8 +441,9 @@ def run_row(row: Row, splits: dict[str, Split], spec: RunSpec) -> dict:
 _WORKER_SPLITS: dict[str, Split] = {}
 
 
-def _worker_init(paths: dict[str, str]) -> None:
-    """A grid worker: one torch thread, no inner progress bars, its own read-only copy of the splits."""
+def quiet_single_thread_worker() -> None:
+    """Make this worker process of a parallel run compute on one thread (torch, OpenMP, BLAS, numba) and draw no
+    progress bars of its own: the parent draws one bar for the run, and its workers share the CPUs."""
     import os
 
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", "TQDM_DISABLE",
@@ -451,6 +452,11 @@ def _worker_init(paths: dict[str, str]) -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+def _worker_init(paths: dict[str, str]) -> None:
+    """A grid worker: one thread, no inner progress bars, its own read-only copy of the splits."""
+    quiet_single_thread_worker()
     _WORKER_SPLITS.update({name: _open_split(name, Path(path), None) for name, path in paths.items()})
 
 
