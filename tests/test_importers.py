@@ -45,6 +45,7 @@ def test_jsonl_good_file(tmp_path):
     ("{not json", "bad JSON"),
     ("[1, 2]", "JSON object"),
     (json.dumps({"type": "gadget", "id": "x"}), "unknown record type"),
+    (json.dumps({k: v for k, v in TICKET2.items() if k != "type"}), 'has no "type"; set "type"'),
     (json.dumps({**TICKET2, "id": ""}), "field 'id' is empty"),
     (json.dumps({k: v for k, v in TICKET2.items() if k != "subject"}), "missing field 'subject'"),
     (json.dumps({**TICKET2, "subject": 7}), "must be a string"),
@@ -446,6 +447,31 @@ def test_subject_only_tickets_and_queries_are_valid(tmp_path):
     (tmp_path / "p.csv").write_text("query_id,query_subject,ticket_id,score\nQ1,noisy pump,T1,5\n", encoding="utf-8")
     data = load_many([tmp_path / "t.csv", tmp_path / "p.csv"])
     assert data.tickets[0].subject == "Pump noise" and data.queries[0].description == ""
+
+
+def test_a_tickets_file_without_descriptions_warns_and_names_the_column_that_may_hold_them(tmp_path):
+    """No ticket with a description is a valid knowledge base, but most often a description column the import did not
+    read (misspelt, or under a tool's own name): one warning line names the file's other columns, the nearest one,
+    and how to import it; nothing when a ticket has a description."""
+    def warnings_of(name: str, text: str, **kw) -> list[str]:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        said: list[str] = []
+        load(path, warn=said.append, **kw)
+        return said
+
+    [said] = warnings_of("typo.csv", "id,subject,Descripton,Status\nA,Pump noise,Rattling at start,NEW\n")
+    assert "its one ticket has no description" in said and "'Descripton', 'Status'" in said
+    assert "--map description='Descripton'" in said and "matched by their subjects alone" in said
+    [said] = warnings_of("body.csv", "id,subject,Body\nA,Pump noise,Rattling\nB,Valve leak,Flange\n")
+    assert "none of its 2 tickets has a description" in said and "--map description=COLUMN" in said
+    [said] = warnings_of("own.jsonl", json.dumps({"type": "ticket", "id": "A", "subject": "Pump noise",
+                                                  "descriptoin": "Rattling", "solution": "Bearing"}) + "\n")
+    assert "rename the field 'descriptoin' to \"description\"" in said and "subjects and solutions" in said
+    [said] = warnings_of("mapped.csv", "key,Summary,Body\nA,Pump noise,\n", mapping={"id": "key", "subject": "Summary",
+                                                                                      "description": "Body"})
+    assert "the column 'Body' (mapped to description) is empty in every record" in said
+    assert warnings_of("some.csv", "id,subject,description\nA,Pump noise,\nB,Valve leak,Flange\n") == []
 
 
 def test_repeated_records_with_trivial_differences_warn_and_keep_the_first(tmp_path):

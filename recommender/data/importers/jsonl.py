@@ -52,7 +52,12 @@ def _mapped_json_ticket(parsed: Parsed, where: str, record: dict, seen: set[str]
                           "give every record an id, or map the id field with --map id=FIELD")
     fields.setdefault("subject", "")
     metadata = {k: v for k, v in record.items() if k not in used and v not in (None, "")}
+    parsed.other_fields.update(dict.fromkeys(k for k in record if k not in used))
     return ticket_field(parsed, where, fields, metadata)
+
+
+#: The fields a ticket line of ticketrec's own format reads (any other is ignored).
+_TICKET_LINE_FIELDS = ("type", *TICKET_COLUMNS, "metadata")
 
 
 def parse_jsonl(parsed: Parsed, progress: bool) -> None:
@@ -93,6 +98,7 @@ def _read_jsonl(parsed: Parsed, progress: bool, seen: set[str]) -> None:
                 continue
             kind = record.get("type")
             if kind == "ticket":
+                parsed.other_fields.update(dict.fromkeys(k for k in record if k not in _TICKET_LINE_FIELDS))
                 metadata = record.get("metadata", {})
                 if metadata is None:
                     metadata = {}
@@ -111,6 +117,11 @@ def _read_jsonl(parsed: Parsed, progress: bool, seen: set[str]) -> None:
                     raise parsed.fail(where, "field 'metadata' must be a JSON object")
                 score = score_field(parsed, where, record.get("score"), record.get("label"))
                 parsed.add_pair(LabeledPair(qid, tid, score), where, meta)
+            elif kind is None:
+                raise parsed.fail(where, 'the record has no "type"',
+                                  'set "type" to "ticket", "query", "pair" or "feedback" in every line, or import '
+                                  "a help desk's export of tickets through a mapping of its fields (--map id=FIELD; "
+                                  "subject, description and solution are read from fields of those names)")
             else:
                 raise parsed.fail(where, f"unknown record type {shown(kind)}",
                                   'set "type" to "ticket", "query", "pair" or "feedback"')

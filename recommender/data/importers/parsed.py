@@ -74,6 +74,9 @@ class Parsed:
     limits: tuple[int, int] = (default("max_subject_chars"), default("max_field_chars"))
     cut: dict[str, set[str]] = field(default_factory=lambda: {"ticket": set(), "query": set()})  # ids cut, by kind
     feedback: list[tuple[Feedback, str]] = field(default_factory=list)  # (judgement, where), in file order
+    #: the names of a tickets file's other columns or fields (kept as metadata, or ignored), in file order: what
+    #: the import's warning lists when no ticket has a description (`reader.no_description_warning`)
+    other_fields: dict[str, None] = field(default_factory=dict)
 
     def clip(self, kind: str, record_id: str, name: str, value: str) -> str:
         """`value` cut to the limit of field `name`; the record's id is remembered for the import's warning."""

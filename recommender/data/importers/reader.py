@@ -12,7 +12,7 @@ from ..records import LabeledPair, Query, Ticket
 from ..store import Dataset
 from .jsonl import parse_jsonl
 from .mapping import check_mapping
-from .parsed import ColumnMap, Parsed, Warn, import_limits, log, shown
+from .parsed import ColumnMap, Parsed, Warn, column_names, import_limits, log, shown
 from .semeval import parse_semeval
 from .tables import parse_csv
 from .xlsx import parse_xlsx
@@ -99,12 +99,45 @@ def _parse(path: str | Path, fmt: str, progress: bool, mapping: ColumnMap | None
         raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from exc
     if kind != "semeval":  # an export's text; SemEval's is the forum's plain text
         _read_html(parsed, html, warn or log.warning, progress)
+    missing = no_description_warning(parsed, kind)
+    if missing:
+        (warn or log.warning)(missing)
     if parsed.repeated:
         ids = list(dict.fromkeys(parsed.repeated))
         (warn or log.warning)(f"{path}: {len(parsed.repeated)} records repeat an earlier id with only white-space or "
                               f"quote differences; kept the first of each (ids {', '.join(ids[:5])}"
                               f"{', ...' if len(ids) > 5 else ''})")
     return parsed
+
+
+def no_description_warning(parsed: Parsed, kind: str) -> str | None:
+    """The warning for a tickets file none of whose tickets has a description (a valid knowledge base, but most
+    often a description column the import did not read: misspelt, or under a name of the tool's own), naming the
+    file's other columns (`kind` "csv", "xlsx": columns; "jsonl": fields) and the one nearest "description"; None
+    when a ticket has one."""
+    import difflib
+
+    tickets = list(parsed.tickets.values())
+    if not tickets or any(t.description for t in tickets):
+        return None
+    mapped = (parsed.mapping or {}).get("description")
+    if mapped is not None:
+        return (f"{parsed.path}: the column {shown(mapped)} (mapped to description) is empty in every record; check "
+                "the mapping of description")
+    unit = "fields" if kind == "jsonl" else "columns"
+    others = list(parsed.other_fields)
+    near = difflib.get_close_matches("description", [o.lower() for o in others], n=1, cutoff=0.75)
+    guess = next((o for o in others if near and o.lower() == near[0]), None)
+    if kind == "jsonl" and parsed.mapping is None:  # ticketrec's own lines: a field name to correct
+        todo = f"rename the field {shown(guess)} to \"description\"" if guess else 'name it "description"'
+        todo = f"if a field holds the descriptions, {todo} and import the file again"
+    else:
+        todo = (f"if a {unit[:-1]} holds the descriptions, import the file again with --map "
+                f"description={shown(guess) if guess else unit[:-1].upper()}")
+    listed = f" (its other {unit}: {column_names(others, 12)})" if others else ""
+    which = "its one ticket has no" if len(tickets) == 1 else f"none of its {len(tickets):,} tickets has a"
+    read = "subjects and solutions" if any(t.solution for t in tickets) else "subjects"
+    return f"{parsed.path}: {which} description{listed}; tickets are then matched by their {read} alone; {todo}"
 
 
 def _merge(parts: Sequence[Parsed], known_ticket_ids: Iterable[str], known_query_ids: Iterable[str]) -> Dataset:

@@ -222,6 +222,7 @@ def parse_table(parsed: Parsed, header: list[str], rows: Iterator[tuple[int, lis
         source = _ticket_columns(parsed, header, found, unit)
         used = {i for positions in source.values() for i in positions}
         extra = [i for i, c in enumerate(columns) if i not in used and c and columns.index(c) == i]
+        parsed.other_fields.update(dict.fromkeys(header[i].strip() for i in extra))
     for number, row in itertools.chain(ahead, rows):
         where = f"{unit} {number}"
         advance()
