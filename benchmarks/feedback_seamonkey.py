@@ -8,7 +8,7 @@ evaluate --duplicates`). Also prints what fine-tuning decided: S adapted or not,
 
     .venv/bin/python benchmarks/feedback_seamonkey.py --model M \
         [--kb ../shared/data/seamonkey/SeaMonkey_bugs.csv --links ../shared/data/seamonkey/SeaMonkey_bugs-combined.csv]
-        [--no 3] [--seed 0] [--half 1] [--keep DIR]
+        [--no 3] [--seed 0] [--half 1] [--keep DIR] [--threads 2]
 
 M is a model trained on the same knowledge base (e.g. `ticketrec train` label-free after importing it).
 Prints a markdown table (before / after, 95 % bootstrap intervals), the paired difference after − before
@@ -87,6 +87,8 @@ def main() -> None:
     ap.add_argument("--half", type=int, choices=(0, 1), default=0,
                     help="which half of the shuffled pairs gives the feedback (the other is evaluated)")
     ap.add_argument("--epochs", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads of S's adaptation to the feedback (`ticketrec train --threads`)")
     ap.add_argument("--keep", default=None, help="save the tuned model in this directory (e.g. for score_promises.py)")
     args = ap.parse_args()
 
@@ -123,7 +125,8 @@ def main() -> None:
                         n_no += 1
     after_dir = tmp / "after"
     run("train", "--with-feedback", "--base", args.model, "--out", str(after_dir),
-        *(["--epochs", str(args.epochs)] if args.epochs else []))
+        *(["--epochs", str(args.epochs)] if args.epochs else []),
+        *(["--threads", str(args.threads)] if args.threads != 1 else []))
     after = TicketModel.load(after_dir)
     if args.keep:
         shutil.copytree(after_dir, args.keep)

@@ -112,13 +112,44 @@ def test_fine_tune_trains_on_one_torch_thread_and_gives_the_same_model_again(kb,
     assert versions[0] == versions[1]
 
 
+def test_the_version_of_a_tuned_model_is_its_weights_not_its_wall_time(kb, tmp_path):
+    """Two fine-tunings to the same weights are one model: the version leaves the fine-tuning report out (its wall
+    time made every run another version). A model saved while the report counted loads with the version it was
+    saved with; any other mismatch is still a corrupt artifact."""
+    from recommender.errors import ModelError
+    from recommender.model.bundle import LEGACY_REPORT_KEYS
+
+    _, store, model_dir, data = kb
+    _give_feedback(store, data)
+    tuned, _ = fine_tune(TicketModel.load(model_dir), feedback_dataset(store), data, tmp_path / "t", seed=0, epochs=1,
+                         progress=False)
+    version = tuned.version
+    legacy = TicketModel.load(tmp_path / "t")._fingerprint(LEGACY_REPORT_KEYS)
+    assert legacy != version
+    tuned.meta["fine_tuning"][-1]["wall_seconds"] += 60.0
+    tuned.invalidate()
+    assert tuned.version == version
+    config_file = tmp_path / "t" / "config.json"
+    config = json.loads(config_file.read_text())
+    config["version"] = legacy  # as a model fine-tuned before 2026-12-03 was saved
+    config_file.write_text(json.dumps(config))
+    assert TicketModel.load(tmp_path / "t").version == legacy
+    config["version"] = "0123456789abcdef"
+    config_file.write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="the artifact is corrupt"):
+        TicketModel.load(tmp_path / "t")
+
+
 def test_cli_train_with_feedback_writes_a_tuned_model(kb, tmp_path):
     settings, store, model_dir, data = kb
     _give_feedback(store, data)
     env = {"TICKETREC_HOME": str(settings.home), "TICKETREC_MODEL": str(model_dir)}
     out = tmp_path / "tuned-cli"
+    refused = CliRunner().invoke(main, ["train", "--with-feedback", "--threads", "2", "--out", str(out)], env=env)
+    assert refused.exit_code == 1 and "does not rank with S" in refused.output and not out.exists()
     result = CliRunner().invoke(main, ["train", "--with-feedback", "--out", str(out), "--epochs", "1"], env=env)
     assert result.exit_code == 0, result.output
+    assert "fine-tuned on" not in result.output  # no S, no adaptation whose threads to tell
     summary = json.loads(result.stdout[result.stdout.index("{"):])
     assert summary["before"] is not None and summary["after"] is not None
     assert TicketModel.load(out).version == summary["version"]

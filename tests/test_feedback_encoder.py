@@ -130,6 +130,49 @@ def test_feedback_adapts_the_encoder_of_a_model_that_serves_s(s_model, tmp_path,
     assert base.meta["sentence_encoder"]["files"] == base_files  # the input model is left as it was
 
 
+def test_the_adaptation_runs_on_the_threads_asked_for_and_the_network_on_one(s_model, monkeypatch):
+    """`train --with-feedback --threads N`: every adaptation of S (the folds' and the final one) fine-tunes on N
+    torch threads, the network trains on one, and the caller's count comes back."""
+    import torch
+
+    import recommender.model.adaptation as adaptation
+    import recommender.model.feedback as feedback_module
+
+    model_dir, kb, feedback = s_model
+    monkeypatch.setattr(feedback_encoder, "MIN_GAIN", -float("inf"))  # kept: the final adaptation runs too
+    seen = {"adapt": [], "fit": []}
+    real_adapt, real_fit = adaptation.adapt, feedback_module.fit
+
+    def adapt_noting(*args, **kwargs):
+        seen["adapt"].append(kwargs.get("threads"))
+        return real_adapt(*args, **kwargs)
+
+    def step_noting(self, *args, **kwargs):  # the loss of a fine-tuning step: torch's count while it fine-tunes
+        seen.setdefault("steps", []).append(torch.get_num_threads())
+        return real_step(self, *args, **kwargs)
+
+    def fit_noting(*args, **kwargs):
+        seen["fit"].append(torch.get_num_threads())
+        return real_fit(*args, **kwargs)
+
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    real_step = MultipleNegativesRankingLoss.forward
+    monkeypatch.setattr(adaptation, "adapt", adapt_noting)
+    monkeypatch.setattr(MultipleNegativesRankingLoss, "forward", step_noting)
+    monkeypatch.setattr(feedback_module, "fit", fit_noting)
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        _, report = fine_tune(TicketModel.load(model_dir), feedback, feedback, None, seed=0, epochs=1,
+                              progress=False, knowledge_base=kb, threads=2)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+    assert report["sentence_encoder"]["kept"]
+    assert seen["adapt"] == [2] * (feedback_encoder.ADAPT_FOLDS + 1) and set(seen["steps"]) == {2}
+    assert seen["fit"] == [1]
+
+
 def test_an_adaptation_that_does_not_pay_leaves_the_encoder(s_model, monkeypatch):
     model_dir, kb, feedback = s_model
     monkeypatch.setattr(feedback_encoder, "MIN_GAIN", float("inf"))

@@ -57,10 +57,10 @@ from .common import echo_json, main, open_store, settings, warn_if_not_english
                    "al. 2016; --config takes its CharSiameseConfig fields)")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="torch threads for fine-tuning the sentence encoder S to the knowledge base (label-free "
-                   "training with S; its longest stage): more is faster and gives another model (README, Training "
-                   "time, measures it), the same again for the same count; with 1 a seed gives the same model "
-                   "whatever the machine's cores. The networks train on one thread, and S's encodings "
-                   "use every CPU, either way")
+                   "training with S, its longest stage; and to the feedback with --with-feedback): more is faster "
+                   "and gives another model (README, Training time, measures it), the same again for the same "
+                   "count; with 1 a seed gives the same model whatever the machine's cores. The networks train on "
+                   "one thread, and S's encodings use every CPU, either way")
 def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, seed, epochs, weights, pretrained,
           encoder_dir, encoder_backend, with_feedback, base_dir, mined, channel_dirs=(), arch="replicated", threads=1):
     """Train the Replicated Siamese LSTM and write the model directory.
@@ -84,9 +84,10 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
         click.echo(f"the model goes to {out_dir} (TICKETREC_MODEL; --out DIR writes it elsewhere); the index serves "
                    "the model it was built with until the next `ticketrec index`", err=True)
     check_replaceable(out_dir, "config.json")  # before training, not after it: --out must be new or a model's
-    if threads != 1 and (arch != "replicated" or with_feedback or mined is False or dev_file or pretrained is False):
+    if threads != 1 and not with_feedback and (arch != "replicated" or mined is False or dev_file
+                                               or pretrained is False):
         raise InputError("--threads sets the threads of the sentence encoder's fine-tuning, which only label-free "
-                         "training with S runs: drop it with --arch char-siamese / var-siamese, --with-feedback, "
+                         "training with S and --with-feedback run: drop it with --arch char-siamese / var-siamese, "
                          "--no-mined, --dev and --no-pretrained")
     if channel_dirs and (arch != "replicated" or with_feedback):
         raise InputError("--channel adds a channel to the Replicated Siamese model being trained: drop it with "
@@ -112,7 +113,7 @@ def train(train_files, dev_file, out_dir, config_file, preset, word_vectors, see
     if encoder_dir:
         pretrained = True
     if with_feedback:
-        _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed, epochs)
+        _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed, epochs, threads)
         return
     if mined is None:
         mined = dev_file is None
@@ -389,11 +390,14 @@ def _train_var_siamese(train_files, dev_file, out_dir, config_file, word_vectors
                "stage_seconds": report["stage_seconds"], "wall_seconds": round(time.time() - started, 1)})
 
 
-def _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed: int, epochs) -> None:
-    """`train --with-feedback`: the stored feedback (+ --train pairs) fine-tunes the base model."""
+def _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed: int, epochs, threads: int = 1) -> None:
+    """`train --with-feedback`: the stored feedback (+ --train pairs) fine-tunes the base model; a base model that
+    ranks with S gets its encoder adapted on `threads` torch threads."""
     from pathlib import Path
 
+    from ..errors import InputError
     from ..model.feedback import feedback_dataset, fine_tune, merge
+    from ..model.feedback_encoder import serves_s
     from ..data.importers import load_many
     from ..model.bundle import TicketModel
 
@@ -410,9 +414,14 @@ def _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed: int, 
     if train_files:
         data = merge(load_many(list(train_files)), data)
     held_out = load_many([dev_file]) if dev_file else None
+    if threads != 1 and not serves_s(model):
+        raise InputError(f"--threads sets the threads of the sentence encoder's fine-tuning, and {base} does not "
+                         "rank with S (trained with --no-pretrained): drop --threads")
     click.echo(f"fine-tuning {base} on {len(data.pairs)} labelled pairs ({len(data.queries)} queries)", err=True)
+    if serves_s(model):
+        click.echo(threads_line(threads), err=True)
     model, report = fine_tune(model, data, held_out, out_dir, seed=seed, epochs=epochs, progress=True,
-                              knowledge_base=knowledge_base)
+                              knowledge_base=knowledge_base, threads=threads)
     echo_json({"model": str(out_dir), "base": str(base), "base_version": report["base_version"],
                "version": model.version, "train_pairs": report["train_pairs"],
                "held_out_pairs": report["held_out_pairs"], "before": report["before"], "after": report["after"],

@@ -43,6 +43,12 @@ from .vocab import RESERVED, Vocabulary
 FORMAT_VERSION = 1
 EncodedBatch = dict  # dict[str, np.ndarray]: "COMP.channel" → float32 [n, d]
 _WORDS_KEY = "embedder.words.weight"  # stored in word2vec.npy, not in weights.pt
+
+#: The config's reports, which the version leaves out: training's and each fine-tuning's (`feedback.fine_tune`).
+REPORT_KEYS = ("training", "fine_tuning")
+#: What the version left out until 2026-12-03: a model fine-tuned before then keeps the version it was saved with.
+LEGACY_REPORT_KEYS = ("training",)
+
 #: Characters of one field (subject, description, solution) the encoders read, its first ones: far more than any
 #: channel uses (the LSTM and SumEMB read `max_len` tokens, DocNADE its `max_doc_words`, the S encoder 256 word
 #: pieces), so tokenising a huge text stays bounded work and never changes a vector of an ordinary one.
@@ -386,9 +392,11 @@ class TicketModel:
     def _state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.net.state_dict().items() if k != _WORDS_KEY}
 
-    def _fingerprint(self) -> str:
+    def _fingerprint(self, reports: tuple[str, ...] = REPORT_KEYS) -> str:
+        """The version: a hash of the config without its `reports` (how training went, not what it learnt: two
+        fine-tunings to the same weights are one model, whatever their wall times) and of every learned number."""
         h = hashlib.sha256()
-        cfg = {k: v for k, v in self.config.items() if k not in ("version", "packages", "training")}  # reports are not parameters
+        cfg = {k: v for k, v in self.config.items() if k not in ("version", "packages", *reports)}
         cfg["hyperparameters"] = self.siamese_config.fingerprint_dict()  # a field added later leaves the version
         h.update(json.dumps(cfg, sort_keys=True).encode())
         for name, tensor in sorted(self.net.state_dict().items()):
@@ -517,6 +525,9 @@ class TicketModel:
             raise ModelError(f"the metric weights in {cfg_file} do not match {weights_file}; the artifact is "
                              "inconsistent, retrain the model")
         if config.get("version") and model.version != config["version"]:
+            if model._fingerprint(LEGACY_REPORT_KEYS) == config["version"]:  # saved when fine-tuning reports counted
+                model._version = config["version"]
+                return model
             raise ModelError(f"the files of {path} do not match the version in {cfg_file} "
                              f"({model.version} != {config['version']}); the artifact is corrupt, retrain the model")
         return model

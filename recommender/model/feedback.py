@@ -74,7 +74,7 @@ def _knowledge_base(*datasets: Dataset) -> Bm25Scorer:
 @memoised_sentence_vectors()
 def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_dir: str | Path | None,
               seed: int = 0, epochs: int | None = None, progress: bool = True,
-              knowledge_base: Sequence[Ticket] = ()) -> tuple[TicketModel, dict]:
+              knowledge_base: Sequence[Ticket] = (), threads: int = 1) -> tuple[TicketModel, dict]:
     """A new model: `model` trained further on `train`'s pairs (vocabulary, word vectors, Punkt and DocNADE stay
     frozen), recalibrated; `model` itself is left untouched.
 
@@ -82,7 +82,8 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
     IDF and maximum over them and the judged tickets), the relevant judgements also rank it: a model that serves S
     gets its encoder adapted on them (`feedback_encoder.adapt_on_feedback`), and the channel weights are
     re-selected (`reselect_weights`), each only when it pays in cross-validation over the judged queries.
-    Runs torch on one thread (its count before is restored), so the same feedback gives the same model again.
+    Runs torch on one thread (its count before is restored), so the same feedback gives the same model again; S's
+    adaptation runs on `threads` (another encoder for another count, the same again for the same count).
     Returns the tuned model and a report of the model before and after on the same held-out pairs
     (`held_out`, or a seeded share of `train`'s queries when None).
     """
@@ -104,7 +105,7 @@ def fine_tune(model: TicketModel, train: Dataset, held_out: Dataset | None, out_
                                 knowledge_base, train.tickets, config.relevant_min, seed)
     adapted, adaptation = model, None
     if judged is not None:  # a model that ranks with S learns from feedback through its encoder
-        adapted, adaptation = adapt_on_feedback(model, judged, knowledge_base, seed, progress)
+        adapted, adaptation = adapt_on_feedback(model, judged, knowledge_base, seed, progress, threads)
         if adaptation is not None and progress:
             _say(f"S adapted on {adaptation['feedback_pairs']} judgements: MRR@10 on the judged queries "
                  f"{adaptation['current']:.3f} with the model's encoder, {adaptation['cross_validated']:.3f} "

@@ -53,11 +53,11 @@ def serves_s(model: TicketModel) -> bool:
 
 
 def adapt_on_feedback(model: TicketModel, judged: JudgedQueries, knowledge_base: Sequence[Ticket], seed: int = 0,
-                      progress: bool = False) -> tuple[TicketModel, dict | None]:
+                      progress: bool = False, threads: int = 1) -> tuple[TicketModel, dict | None]:
     """(model, report): a copy of `model` with its S encoder adapted on the judgements when the cross-validated
     MRR@10 gain over its own encoder exceeds `MIN_GAIN`, else `model` itself; the report is None when the model
     does not serve S or there are fewer than `MIN_ADAPT_QUERIES` judged queries. A kept encoder waits in a
-    `adaptation.scratch_directory` until the model is saved."""
+    `adaptation.scratch_directory` until the model is saved. Every adaptation runs on `threads` torch threads."""
     from .adaptation import adapt, discard, scratch_directory
 
     if not serves_s(model) or len(judged) < MIN_ADAPT_QUERIES:
@@ -82,7 +82,7 @@ def adapt_on_feedback(model: TicketModel, judged: JudgedQueries, knowledge_base:
             train = np.r_[~test, np.ones(len(mined), bool)]
             pairs = [p for p, used in zip(judgements + mined, train) if used]
             files = adapt(*zip(*pairs), directory, groups=groups[train], base=base, seed=seed, lr=LEARNING_RATE,
-                          epochs=EPOCHS, progress=progress)
+                          epochs=EPOCHS, progress=progress, threads=threads)
             candidate = _with_encoder(model, directory, files, {}, knowledge_base, seed)
             cross_validated[test] = judged.subset(test).ranked_slice(candidate, progress).reciprocal_ranks(spec)
         finally:
@@ -95,7 +95,7 @@ def adapt_on_feedback(model: TicketModel, judged: JudgedQueries, knowledge_base:
         return model, report
     directory = scratch_directory()
     files = adapt(*zip(*(judgements + mined)), directory, groups=groups, base=base, seed=seed, lr=LEARNING_RATE,
-                  epochs=EPOCHS, progress=progress)
+                  epochs=EPOCHS, progress=progress, threads=threads)
     record = {"feedback": {k: report[k] for k in ("feedback_pairs", "mined_pairs", "cross_validated", "current")}}
     return _with_encoder(model, directory, files, record, knowledge_base, seed), report
 
