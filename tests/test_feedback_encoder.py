@@ -140,7 +140,7 @@ def test_the_adaptation_runs_on_the_threads_asked_for_and_the_network_on_one(s_m
 
     model_dir, kb, feedback = s_model
     monkeypatch.setattr(feedback_encoder, "MIN_GAIN", -float("inf"))  # kept: the final adaptation runs too
-    seen = {"adapt": [], "fit": []}
+    seen = {"adapt": [], "steps": [], "fit": []}
     real_adapt, real_fit = adaptation.adapt, feedback_module.fit
 
     def adapt_noting(*args, **kwargs):
@@ -148,7 +148,7 @@ def test_the_adaptation_runs_on_the_threads_asked_for_and_the_network_on_one(s_m
         return real_adapt(*args, **kwargs)
 
     def step_noting(self, *args, **kwargs):  # the loss of a fine-tuning step: torch's count while it fine-tunes
-        seen.setdefault("steps", []).append(torch.get_num_threads())
+        seen["steps"].append(torch.get_num_threads())
         return real_step(self, *args, **kwargs)
 
     def fit_noting(*args, **kwargs):

@@ -414,11 +414,12 @@ def _fine_tune_on_feedback(train_files, dev_file, out_dir, base_dir, seed: int, 
     if train_files:
         data = merge(load_many(list(train_files)), data)
     held_out = load_many([dev_file]) if dev_file else None
-    if threads != 1 and not serves_s(model):
+    with_s = serves_s(model)
+    if threads != 1 and not with_s:
         raise InputError(f"--threads sets the threads of the sentence encoder's fine-tuning, and {base} does not "
                          "rank with S (trained with --no-pretrained): drop --threads")
     click.echo(f"fine-tuning {base} on {len(data.pairs)} labelled pairs ({len(data.queries)} queries)", err=True)
-    if serves_s(model):
+    if with_s:
         click.echo(threads_line(threads), err=True)
     model, report = fine_tune(model, data, held_out, out_dir, seed=seed, epochs=epochs, progress=True,
                               knowledge_base=knowledge_base, threads=threads)

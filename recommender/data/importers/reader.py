@@ -2,6 +2,7 @@
 several files merged into one validated `Dataset`."""
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -115,8 +116,6 @@ def no_description_warning(parsed: Parsed, kind: str) -> str | None:
     often a description column the import did not read: misspelt, or under a name of the tool's own), naming the
     file's other columns (`kind` "csv", "xlsx": columns; "jsonl": fields) and the one nearest "description"; None
     when a ticket has one."""
-    import difflib
-
     tickets = list(parsed.tickets.values())
     if not tickets or any(t.description for t in tickets):
         return None
@@ -124,7 +123,7 @@ def no_description_warning(parsed: Parsed, kind: str) -> str | None:
     if mapped is not None:
         return (f"{parsed.path}: the column {shown(mapped)} (mapped to description) is empty in every record; check "
                 "the mapping of description")
-    unit = "fields" if kind == "jsonl" else "columns"
+    noun = "field" if kind == "jsonl" else "column"
     others = list(parsed.other_fields)
     near = difflib.get_close_matches("description", [o.lower() for o in others], n=1, cutoff=0.75)
     guess = next((o for o in others if near and o.lower() == near[0]), None)
@@ -132,9 +131,9 @@ def no_description_warning(parsed: Parsed, kind: str) -> str | None:
         todo = f"rename the field {shown(guess)} to \"description\"" if guess else 'name it "description"'
         todo = f"if a field holds the descriptions, {todo} and import the file again"
     else:
-        todo = (f"if a {unit[:-1]} holds the descriptions, import the file again with --map "
-                f"description={shown(guess) if guess else unit[:-1].upper()}")
-    listed = f" (its other {unit}: {column_names(others, 12)})" if others else ""
+        todo = (f"if a {noun} holds the descriptions, import the file again with --map "
+                f"description={shown(guess) if guess else noun.upper()}")
+    listed = f" (its other {noun}s: {column_names(others, 12)})" if others else ""
     which = "its one ticket has no" if len(tickets) == 1 else f"none of its {len(tickets):,} tickets has a"
     read = "subjects and solutions" if any(t.solution for t in tickets) else "subjects"
     return f"{parsed.path}: {which} description{listed}; tickets are then matched by their {read} alone; {todo}"
