@@ -8,7 +8,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from web.api import FEEDBACK_FIELDS, MAX_K, RECOMMENDATION_FIELDS
+from web.api import FEEDBACK_FIELDS, MAX_K, RECOMMENDATION_FIELDS, TICKET_PAGE_PARAMETERS
 from web.openapi import openapi_document
 
 SPEC = "/api/v1/openapi.json"
@@ -148,6 +148,14 @@ def test_the_request_fields_are_the_documented_ones_and_no_others(app, web_kb):
         message = response.get_json()["error"]["message"]
         assert "unknown field 'descripton'" in message and all(name in message for name in fields)
     assert web_kb[1].feedback() == []
+
+
+def test_the_ticket_list_takes_the_documented_query_parameters_and_no_others(app):
+    doc = document(app)
+    parameters = doc["paths"]["/tickets"]["get"]["parameters"]
+    assert [p["name"] for p in parameters if p["in"] == "query"] == list(TICKET_PAGE_PARAMETERS)
+    response = app.test_client().get(f"{PREFIX}/tickets", query_string={"limit": 5, "page": 2})
+    assert response.status_code == 400 and "unknown query parameter 'page'" in response.get_json()["error"]["message"]
 
 
 def test_ticket_ids_over_the_documented_limit_are_refused(app):

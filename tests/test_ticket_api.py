@@ -245,6 +245,7 @@ def test_the_ticket_list_pages_through_every_id_with_its_update_time(api, web_kb
     ({"limit": "1_0"}, "'limit' must be a whole number"),
     ({"limit": "9" * 5000}, "'limit' must be a whole number"),
     ({"after": "x" * 1000}, "a ticket id has at most"),
+    ({"limt": 500}, "unknown query parameter 'limt'; the parameters are after, limit"),  # not the default page
 ])
 def test_a_bad_page_is_refused(api, web_kb, tokens, query, says):
     assert says in error_of(api.get("/api/v1/tickets", query_string=query, headers=bearer(tokens["read"])), 400)

@@ -57,6 +57,8 @@ def _api_error(exc: ApiError):
 #: The fields of a recommendation request and of a judgement (`POST /recommendations`, `POST /feedback`).
 RECOMMENDATION_FIELDS = ("subject", "description", "k", "html", "where")
 FEEDBACK_FIELDS = ("subject", "description", "html", "ticket_id", "label")
+#: The query parameters of `GET /tickets`.
+TICKET_PAGE_PARAMETERS = ("after", "limit")
 
 
 def _body(fields: Sequence[str] | None = None) -> dict[str, Any]:
@@ -149,7 +151,12 @@ def _check_ticket_id(ticket_id: str) -> None:
 @auth.require("read")
 def tickets():
     """`?after=ID&limit=N` → the ids of the knowledge base's tickets with their update times, in id order, N per page
-    (default 100); `next` is the `after` of the next page, null after the last one."""
+    (default 100); `next` is the `after` of the next page, null after the last one. Another parameter is a 400 that
+    names it (a misspelt `?limt=500` would otherwise be answered with the default page, as if nothing were wrong)."""
+    unknown = [name for name in request.args if name not in TICKET_PAGE_PARAMETERS]
+    if unknown:
+        raise ApiError(400, f"unknown query parameter {unknown[0][:64]!r}; the parameters are "
+                            f"{', '.join(TICKET_PAGE_PARAMETERS)}")
     after = request.args.get("after", "")
     _check_ticket_id(after)
     raw = request.args.get("limit", str(DEFAULT_PAGE))

@@ -374,8 +374,8 @@ def openapi_document(max_description: int, max_k: int) -> dict[str, Any]:
                      "description": f"Ids on this page (1 to {MAX_PAGE:,})."},
                 ],
                 "responses": {"200": _ok("One page of ids.", "TicketList"),
-                              "400": _error(f"A limit that is not 1 to {MAX_PAGE:,}, or an `after` over "
-                                            f"{MAX_ID_CHARS} characters."),
+                              "400": _error(f"A limit that is not 1 to {MAX_PAGE:,}, an `after` over "
+                                            f"{MAX_ID_CHARS} characters, or another query parameter."),
                               "401": _UNAUTHORIZED, "500": _UNEXPECTED},
             }},
             "/tickets/{ticket_id}": {
